@@ -1,0 +1,129 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// Exit codes shared by every command.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// usageError marks a mistake in the command line; it exits with code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// exitError carries a specific exit code out of a command.
+type codedError struct {
+	code int
+	err  error
+}
+
+func (e codedError) Error() string { return e.err.Error() }
+func (e codedError) Unwrap() error { return e.err }
+
+// env is what a command gets besides its arguments.
+type env struct {
+	stdout io.Writer
+	stderr io.Writer
+}
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, e env, args []string) error
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"migrate": {"apply the schema migrations to every shard in HARVEST_SHARDS", runMigrate},
+	}
+}
+
+// Main runs the harvest command with args (without the program name) and
+// returns the process exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	e := env{stdout: stdout, stderr: stderr}
+	cmds := commands()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(stderr, cmds)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "harvest: unknown command %q\n\n", args[0])
+		printUsage(stderr, cmds)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := cmd.run(ctx, e, args[1:])
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "harvest %s: %v\n", args[0], err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	var ce codedError
+	if errors.As(err, &ce) {
+		return ce.code
+	}
+	return exitError
+}
+
+func printUsage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "usage: harvest <command> [flags]")
+	fmt.Fprintln(w, "\ncommands:")
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'harvest <command> -h' for a command's flags.")
+}
+
+// newFlags makes a flag set whose errors become usage errors.
+func newFlags(e env, name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet("harvest "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: harvest %s\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, turning a bad flag into a usage error.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}

@@ -1,0 +1,239 @@
+package testsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/internal/pgcluster"
+	"github.com/harvest-run/harvest/internal/schema"
+)
+
+func TestMain(m *testing.M) { Main(m) }
+
+// databaseExists asks the admin connection whether database name exists.
+func databaseExists(t *testing.T, adminURL, name string) bool {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), adminURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var exists bool
+	require.NoError(t, conn.QueryRow(t.Context(),
+		`SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists))
+	return exists
+}
+
+func schemaVersion(t *testing.T, dbURL string) (db string, version int) {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dbURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	require.NoError(t, conn.QueryRow(t.Context(),
+		`SELECT current_database(), coalesce(max(version), 0) FROM schema_migrations`).Scan(&db, &version))
+	return db, version
+}
+
+func TestNewDBIsMigratedAndDropped(t *testing.T) {
+	t.Parallel()
+	var name string
+	t.Run("use", func(t *testing.T) {
+		pool := NewDB(t)
+		var version int
+		require.NoError(t, pool.QueryRow(t.Context(),
+			`SELECT current_database(), max(version) FROM schema_migrations`).Scan(&name, &version))
+		require.True(t, strings.HasPrefix(name, "harvest_test_"), name)
+		require.Equal(t, schema.Latest(), version)
+		require.True(t, databaseExists(t, ServerURL(t), name))
+	})
+	require.NotEmpty(t, name)
+	// The subtest's cleanups ran before t.Run returned.
+	require.False(t, databaseExists(t, ServerURL(t), name), "database %s survived its test", name)
+}
+
+func TestNewDBsAreDistinct(t *testing.T) {
+	t.Parallel()
+	a, b := NewDB(t), NewDB(t)
+	_, err := a.Exec(t.Context(), `CREATE TABLE only_in_a (x int)`)
+	require.NoError(t, err)
+	var found *string
+	require.NoError(t, b.QueryRow(t.Context(), `SELECT to_regclass('only_in_a')::text`).Scan(&found))
+	require.Nil(t, found)
+}
+
+func TestNewEmptyDBURLIsNotMigrated(t *testing.T) {
+	t.Parallel()
+	dbURL := NewEmptyDBURL(t)
+	conn, err := pgx.Connect(t.Context(), dbURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var table *string
+	require.NoError(t, conn.QueryRow(t.Context(), `SELECT to_regclass('schema_migrations')::text`).Scan(&table))
+	require.Nil(t, table, "an empty database has no migrations applied")
+	version, err := schema.Migrate(t.Context(), conn)
+	require.NoError(t, err)
+	require.Equal(t, schema.Latest(), version)
+}
+
+// closedPortURL returns a URL on 127.0.0.1 where nothing listens.
+func closedPortURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+}
+
+func TestFallbackStartsCluster(t *testing.T) {
+	t.Parallel()
+	if _, err := pgcluster.FindBinaries(); err != nil {
+		t.Skipf("cannot test the self-started server: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	started := 0
+	start := func(ctx context.Context) (*pgcluster.Cluster, error) {
+		started++
+		return pgcluster.Start(ctx, pgcluster.Options{Logf: t.Logf})
+	}
+	adminURL, c, note, err := resolveServer(ctx, closedPortURL(t), start)
+	require.NoError(t, err)
+	require.NotNil(t, c)
+	t.Cleanup(func() {
+		require.NoError(t, c.Stop(context.Background()))
+		require.NoDirExists(t, c.Dir())
+	})
+	require.Equal(t, 1, started)
+	require.Equal(t, c.URL("postgres"), adminURL)
+	require.Contains(t, note, "started a throwaway server")
+
+	var name string
+	t.Run("db", func(t *testing.T) {
+		dbURL := newDB(t, adminURL, true)
+		var version int
+		name, version = schemaVersion(t, dbURL)
+		require.Equal(t, schema.Latest(), version)
+	})
+	require.False(t, databaseExists(t, adminURL, name))
+}
+
+func TestReachableServerIsUsedAsIs(t *testing.T) {
+	t.Parallel()
+	adminURL := ServerURL(t)
+	got, c, note, err := resolveServer(t.Context(), adminURL, func(context.Context) (*pgcluster.Cluster, error) {
+		t.Error("started a server although one answers")
+		return nil, errors.New("unexpected")
+	})
+	require.NoError(t, err)
+	require.Nil(t, c)
+	require.Empty(t, note)
+	require.Equal(t, adminURL, got)
+}
+
+func TestRefusingServerFailsLoudly(t *testing.T) {
+	t.Parallel()
+	// The server answers, but the database does not exist: that is a
+	// configuration mistake to report, not a reason to start another server.
+	badURL := withDatabase(ServerURL(t), RandomName("harvest_no_such_db_"))
+	_, c, _, err := resolveServer(t.Context(), badURL, func(context.Context) (*pgcluster.Cluster, error) {
+		t.Error("fell back although the server answered")
+		return nil, errors.New("unexpected")
+	})
+	require.Error(t, err)
+	require.Nil(t, c)
+	require.Contains(t, err.Error(), redact(badURL))
+	require.Contains(t, err.Error(), EnvDatabaseURL)
+}
+
+func TestFallbackFailureMessage(t *testing.T) {
+	t.Parallel()
+	want := errors.New("no binaries here")
+	_, c, _, err := resolveServer(t.Context(), closedPortURL(t), func(context.Context) (*pgcluster.Cluster, error) {
+		return nil, want
+	})
+	require.ErrorIs(t, err, want)
+	require.Nil(t, c)
+	require.Contains(t, err.Error(), "no PostgreSQL server answers at")
+}
+
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	require.True(t, unreachable(fmt.Errorf("connect: %w", refused)))
+	require.True(t, unreachable(errors.Join(errors.New("x"), context.DeadlineExceeded)))
+	require.False(t, unreachable(&pgconn.PgError{Code: "28P01", Message: "password authentication failed"}))
+	require.False(t, unreachable(&net.DNSError{Err: "no such host", Name: "nope"}))
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "postgres://u:xxxxx@h/db", redact("postgres://u:secret@h/db"))
+	require.Equal(t, "host=h password=xxxxx dbname=d", redact("host=h password=secret dbname=d"))
+}
+
+func TestWithDatabase(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "postgres://postgres@127.0.0.1:5432/x?sslmode=disable",
+		withDatabase("postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "x"))
+	require.Equal(t, "postgresql://h/x", withDatabase("postgresql://h", "x"))
+	require.Equal(t, "host=h dbname=postgres dbname=x", withDatabase("host=h dbname=postgres", "x"))
+}
+
+func TestRandomName(t *testing.T) {
+	t.Parallel()
+	a, b := RandomName("p_"), RandomName("p_")
+	require.NotEqual(t, a, b)
+	require.Regexp(t, `^p_[0-9a-f]{16}$`, a)
+}
+
+func natsRoundTrip(t *testing.T, url string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	subject := RandomName("testsvc.echo.")
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond(m.Data) })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	reply, err := nc.Request(subject, []byte("ping"), 5*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "ping", string(reply.Data))
+	js, err := nc.JetStream()
+	require.NoError(t, err)
+	_, err = js.AccountInfo()
+	require.NoError(t, err, "JetStream is enabled")
+}
+
+func TestNATSURLEmbedded(t *testing.T) {
+	t.Parallel()
+	var url string
+	t.Run("use", func(t *testing.T) {
+		url = natsURL(t, "")
+		natsRoundTrip(t, url)
+	})
+	_, err := nats.Connect(url, nats.Timeout(time.Second))
+	require.Error(t, err, "the embedded server stops with its test")
+}
+
+func TestNATSURLExternal(t *testing.T) {
+	t.Parallel()
+	ext := os.Getenv(EnvNATSURL)
+	if ext == "" {
+		t.Skipf("%s is not set; the external-server path runs when it names a NATS server with JetStream", EnvNATSURL)
+	}
+	url := NATSURL(t)
+	require.Equal(t, ext, url)
+	natsRoundTrip(t, url)
+}

@@ -1,0 +1,41 @@
+package api
+
+import "encoding/json"
+
+// Status is where a run stands.
+type Status string
+
+// The run statuses. Completed, failed and cancelled are final.
+const (
+	StatusDeferred  Status = "deferred"
+	StatusQueued    Status = "queued"
+	StatusRunning   Status = "running"
+	StatusCompleted Status = "completed"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
+)
+
+// Final reports whether a run in this status will never change again.
+func (s Status) Final() bool {
+	return s == StatusCompleted || s == StatusFailed || s == StatusCancelled
+}
+
+// Run is the run resource: the reply to a start and to GET /v1/runs/{id}.
+// Times come from the database clock.
+type Run struct {
+	ID          string          `json:"id"`
+	Tenant      string          `json:"tenant"`
+	Name        string          `json:"name"`
+	Queue       string          `json:"queue"`
+	Shard       int             `json:"shard"`
+	FairnessKey string          `json:"fairness_key"`
+	QuotaKey    string          `json:"quota_key"`
+	Priority    int             `json:"priority"`
+	Status      Status          `json:"status"`
+	Attempts    int             `json:"attempts"`
+	CreatedAt   Time            `json:"created_at"`
+	ClaimedAt   *Time           `json:"claimed_at"`
+	FinishedAt  *Time           `json:"finished_at"`
+	Output      json.RawMessage `json:"output"`
+	Error       *string         `json:"error"`
+}
