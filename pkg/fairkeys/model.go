@@ -1,0 +1,681 @@
+package fairkeys
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// Task is one claimable row as the model sees it. Times are expected at
+// microsecond resolution, as the database stores them, so that ageing and
+// the rate bucket compute the same numbers in both places.
+type Task struct {
+	// ID is unique across the model and breaks every remaining tie.
+	ID int64
+	// Queue scopes everything: lags, clocks, weights and quotas.
+	Queue string
+	// Key is the resolved fairness key (see Resolve); DefaultKey is valid.
+	Key string
+	// QuotaKey selects the post-claim rechecks; "" means none apply.
+	QuotaKey string
+	// Priority sorts higher values first.
+	Priority int
+	// Continuation marks a follow-up task of a run already in progress. At
+	// equal priority and lag it goes before first tasks, so runs finish
+	// rather than pile up half done.
+	Continuation bool
+	// DueAt is when the row becomes claimable; among otherwise equal rows
+	// the one due first goes first.
+	DueAt time.Time
+	// StickyWorker, while StickyUntil is in the future, makes that worker
+	// prefer this row. Other workers may still take it.
+	StickyWorker string
+	StickyUntil  time.Time
+}
+
+// TaskState is the life-cycle position of a task in the model.
+type TaskState int
+
+// Task states. TaskUnknown is what TaskState reports for an ID never
+// inserted, so the zero value never passes for a real state.
+const (
+	TaskUnknown TaskState = iota
+	TaskPending
+	TaskRunning
+	TaskDone
+)
+
+// String returns the lower-case state name.
+func (s TaskState) String() string {
+	switch s {
+	case TaskPending:
+		return "pending"
+	case TaskRunning:
+		return "running"
+	case TaskDone:
+		return "done"
+	default:
+		return "unknown"
+	}
+}
+
+// Quota holds the post-claim rechecks of one (queue, quota key).
+type Quota struct {
+	// MaxConcurrent caps running tasks of the quota key; 0 disables the cap.
+	MaxConcurrent int
+	// Rate refills the token bucket, in tokens per second; 0 disables it.
+	Rate float64
+	// Burst is the bucket's capacity and its level when first used.
+	Burst float64
+}
+
+// KeyState is the fairness state row of one (queue, key).
+type KeyState struct {
+	// Pass is the virtual time at which the key's next claim may start.
+	Pass float64
+	// LastStart is the start tag of the key's latest claim; the largest
+	// LastStart of a queue is that queue's clock.
+	LastStart float64
+	// ChargedAt is the wall time of the latest charge; prune reads it.
+	ChargedAt time.Time
+}
+
+// StateKey names one fairness state row (also used for weights and quotas,
+// where Key is the quota key).
+type StateKey struct {
+	Queue string
+	Key   string
+}
+
+// ClaimRequest describes one claim attempt.
+type ClaimRequest struct {
+	// Queue is the one queue this claim serves; lags of different queues
+	// do not compare, so a multi-queue worker claims one queue at a time.
+	Queue string
+	// Worker identifies the claim loop for sticky affinity.
+	Worker string
+	// Now is the claim's clock: it decides what is due, ageing, stickiness,
+	// the rate bucket and ChargedAt.
+	Now time.Time
+	// Fair turns on the lag sort term and the charge. An ordinary claim
+	// ignores keys entirely, so mixing the two kinds of worker is safe but
+	// the ordinary ones are invisible to fairness.
+	Fair bool
+	// AgingSecs is the ageing period: a row gains one priority level per
+	// full period waited since it became due. 0 disables ageing.
+	AgingSecs int
+}
+
+// Refusal records a row that a recheck gave back during a claim.
+type Refusal struct {
+	TaskID   int64
+	QuotaKey string
+	// Reason is ReasonConcurrencyCap or ReasonRateLimit.
+	Reason string
+}
+
+// Refusal reasons.
+const (
+	ReasonConcurrencyCap = "concurrency_cap"
+	ReasonRateLimit      = "rate_limit"
+)
+
+// Values of ClaimResult.Empty.
+const (
+	EmptyNoTask  = "no_task"
+	EmptyRefused = "refused"
+)
+
+// ClaimResult is the outcome of one claim.
+type ClaimResult struct {
+	// Task is the claimed row; meaningful only when OK.
+	Task Task
+	OK   bool
+	// Lag is the picked key's lag when it was chosen (0 for ordinary claims).
+	Lag float64
+	// Refused lists rows given back before the pick, or before giving up.
+	Refused []Refusal
+	// Empty explains a claim that got nothing: EmptyNoTask when no due
+	// pending row was there to try, EmptyRefused when rechecks refused
+	// every row tried. It is "" when OK.
+	Empty string
+}
+
+// MaxRefusalsPerClaim bounds the rows one claim may try and give back. It
+// keeps a claim's cost bounded when many quota keys are exhausted; the rows
+// left untried wait for the next claim.
+const MaxRefusalsPerClaim = 8
+
+type taskRow struct {
+	t  Task
+	st TaskState
+}
+
+type bucket struct {
+	tokens    float64
+	updatedAt time.Time
+}
+
+// Model is the pure, single-threaded reference of the fair claim. Every
+// method is deterministic: the same calls give the same results, so a
+// database test can replay them against the SQL and require the same pick
+// at every step. A Model is not safe for concurrent use; ClaimConcurrent
+// models concurrency instead.
+type Model struct {
+	tasks   map[int64]*taskRow
+	pending map[string]map[int64]*taskRow // queue -> pending rows (due or not)
+	running map[StateKey]int              // (queue, quota key) -> running rows
+	weights map[StateKey]float64
+	quotas  map[StateKey]Quota
+	buckets map[StateKey]bucket
+	states  map[string]map[string]KeyState // queue -> key -> row
+}
+
+// NewModel returns an empty model: no tasks, no overrides, no quotas and no
+// fairness state.
+func NewModel() *Model {
+	return &Model{
+		tasks:   map[int64]*taskRow{},
+		pending: map[string]map[int64]*taskRow{},
+		running: map[StateKey]int{},
+		weights: map[StateKey]float64{},
+		quotas:  map[StateKey]Quota{},
+		buckets: map[StateKey]bucket{},
+		states:  map[string]map[string]KeyState{},
+	}
+}
+
+// Clone returns an independent deep copy, for previews and for tests that
+// compare two futures of one history.
+func (m *Model) Clone() *Model {
+	c := NewModel()
+	for id, r := range m.tasks {
+		cp := *r
+		c.tasks[id] = &cp
+		if cp.st == TaskPending {
+			c.pendingOf(cp.t.Queue)[id] = &cp
+		}
+	}
+	for k, v := range m.running {
+		c.running[k] = v
+	}
+	for k, v := range m.weights {
+		c.weights[k] = v
+	}
+	for k, v := range m.quotas {
+		c.quotas[k] = v
+	}
+	for k, v := range m.buckets {
+		c.buckets[k] = v
+	}
+	c.states = copyStates(m.states)
+	return c
+}
+
+func copyStates(in map[string]map[string]KeyState) map[string]map[string]KeyState {
+	out := make(map[string]map[string]KeyState, len(in))
+	for q, rows := range in {
+		cp := make(map[string]KeyState, len(rows))
+		for k, v := range rows {
+			cp[k] = v
+		}
+		out[q] = cp
+	}
+	return out
+}
+
+func (m *Model) pendingOf(queue string) map[int64]*taskRow {
+	p := m.pending[queue]
+	if p == nil {
+		p = map[int64]*taskRow{}
+		m.pending[queue] = p
+	}
+	return p
+}
+
+// Insert adds t as a pending task. It panics on a duplicate ID: the model
+// mirrors a primary key, and a silent overwrite would hide a broken test.
+func (m *Model) Insert(t Task) {
+	if _, dup := m.tasks[t.ID]; dup {
+		panic(fmt.Sprintf("fairkeys: duplicate task id %d", t.ID))
+	}
+	r := &taskRow{t: t, st: TaskPending}
+	m.tasks[t.ID] = r
+	m.pendingOf(t.Queue)[t.ID] = r
+}
+
+// SetWeight stores an override. It is a no-op for DefaultKey, whose weight
+// is fixed at 1, and panics on a weight ValidateWeight refuses, because the
+// model only ever sees values the weight store accepted. The 1,000-override
+// cap is not enforced here.
+func (m *Model) SetWeight(queue, key string, w float64) {
+	if key == DefaultKey {
+		return
+	}
+	if err := ValidateWeight(w); err != nil {
+		panic(fmt.Sprintf("fairkeys: weight %v: %v", w, err))
+	}
+	m.weights[StateKey{queue, key}] = w
+}
+
+// ClearWeight removes an override; the key weighs 1 from its next charge.
+func (m *Model) ClearWeight(queue, key string) {
+	delete(m.weights, StateKey{queue, key})
+}
+
+// Weight returns the weight the next charge of the key will use.
+func (m *Model) Weight(queue, key string) float64 {
+	w, ok := m.weights[StateKey{queue, key}]
+	return EffectiveWeight(key, w, ok)
+}
+
+// SetQuota sets the rechecks of (queue, quotaKey). An existing rate bucket
+// keeps its level; a lower Burst takes effect at its next refill.
+func (m *Model) SetQuota(queue, quotaKey string, q Quota) {
+	m.quotas[StateKey{queue, quotaKey}] = q
+}
+
+// ClearQuota removes the rechecks of (queue, quotaKey) and forgets its rate
+// bucket, so a later SetQuota starts with a full bucket again.
+func (m *Model) ClearQuota(queue, quotaKey string) {
+	sk := StateKey{queue, quotaKey}
+	delete(m.quotas, sk)
+	delete(m.buckets, sk)
+}
+
+// State returns the fairness row of (queue, key), if there is one.
+func (m *Model) State(queue, key string) (KeyState, bool) {
+	s, ok := m.states[queue][key]
+	return s, ok
+}
+
+// Clock returns the queue's virtual time V: the largest LastStart among its
+// rows, or 0 when it has none (a fresh or fully pruned queue starts over).
+func (m *Model) Clock(queue string) float64 {
+	return clockOf(m.states[queue])
+}
+
+func clockOf(rows map[string]KeyState) float64 {
+	v := 0.0
+	first := true
+	for _, s := range rows {
+		if first || s.LastStart > v {
+			v = s.LastStart
+			first = false
+		}
+	}
+	return v
+}
+
+// startTag is the virtual time at which the key's next claim starts. A key
+// with no row starts at the clock, so arriving late earns neither debt nor
+// credit; a key whose pass fell behind the clock (it went idle) is pulled
+// up to it, so time spent away cannot be cashed in later.
+func startTag(rows map[string]KeyState, v float64, key string) float64 {
+	if s, ok := rows[key]; ok && s.Pass > v {
+		return s.Pass
+	}
+	return v
+}
+
+// Lag returns the key's current lag in the queue: how far its start tag is
+// ahead of the clock. 0 means the key has no debt.
+func (m *Model) Lag(queue, key string) float64 {
+	rows := m.states[queue]
+	v := clockOf(rows)
+	return startTag(rows, v, key) - v
+}
+
+// TaskState returns the state of a task, TaskUnknown for an unknown ID.
+func (m *Model) TaskState(id int64) TaskState {
+	if r, ok := m.tasks[id]; ok {
+		return r.st
+	}
+	return TaskUnknown
+}
+
+// Pending counts the queue's pending tasks, due or not.
+func (m *Model) Pending(queue string) int { return len(m.pending[queue]) }
+
+// Running counts running tasks of (queue, quotaKey), the number the
+// concurrency cap compares against.
+func (m *Model) Running(queue, quotaKey string) int {
+	return m.running[StateKey{queue, quotaKey}]
+}
+
+// Claim runs one claim. It is ClaimConcurrent with a single request.
+func (m *Model) Claim(req ClaimRequest) ClaimResult {
+	return m.claim(req, m.states, nil)
+}
+
+// ClaimConcurrent models C claim loops that start together. They all sort
+// by lags read from one snapshot of the fairness rows taken before any of
+// them charges, as concurrent transactions would. The requests then run in
+// order against the live task rows, quotas and fairness rows, so a row an
+// earlier request took is gone (as with row-level SKIP LOCKED), every
+// recheck sees the rows already running, and every charge is exact: the
+// debt one key runs up in a round is paid back in later rounds.
+//
+// On top of that, fair requests spread over keys. The SQL claim locks the
+// per-key fairness row of the key it picks with FOR UPDATE SKIP LOCKED, so
+// a concurrent claimer passes over a key another claimer holds. In the
+// model, a fair request picks first among rows whose (queue, key) no
+// earlier fair request of the round has claimed, whatever their priority
+// or stickiness, and only when no such row is left (after its own quota
+// refusals) does it fall back to rows of keys already claimed in the round,
+// as a claimer waiting on the held key row would. So a lone flood is still
+// served by every claimer, but while other keys have due work no key takes
+// two claims of a round. That matters for the no-debt bound: with row-level
+// skipping alone, one flood could take several claims of a round, and its
+// second charge, starting at its pass rather than at the clock, moved the
+// clock up to that pass. That put another flood, charged once before, back
+// at lag 0 with rows older than a newcomer's, so two floods could take
+// turns round after round and hold the newcomer until both drained.
+//
+// Ordinary requests ignore keys: they skip only rows already taken and do
+// not mark keys as claimed. A refused row is not held either: a later
+// request of the same round may pick it and recheck it again.
+func (m *Model) ClaimConcurrent(reqs []ClaimRequest) []ClaimResult {
+	snap := copyStates(m.states)
+	held := map[StateKey]bool{} // keys claimed by fair requests this round
+	out := make([]ClaimResult, len(reqs))
+	for i, req := range reqs {
+		out[i] = m.claim(req, snap, held)
+		if r := out[i]; req.Fair && r.OK {
+			held[StateKey{r.Task.Queue, r.Task.Key}] = true
+		}
+	}
+	return out
+}
+
+// claim picks from the live task rows using lags computed from states (the
+// snapshot). Picking never writes, so for a lone claim states may be the
+// live map itself. held names the keys earlier fair requests of the round
+// claimed; a fair request tries them last. It is nil outside a round.
+func (m *Model) claim(req ClaimRequest, states map[string]map[string]KeyState, held map[StateKey]bool) ClaimResult {
+	var (
+		rows    = states[req.Queue]
+		v       = clockOf(rows)
+		lags    = map[string]float64{}
+		skip    = map[string]bool{} // quota keys refused during this claim
+		refused []Refusal
+	)
+	lagOf := func(key string) float64 {
+		l, ok := lags[key]
+		if !ok {
+			l = startTag(rows, v, key) - v
+			lags[key] = l
+		}
+		return l
+	}
+	for {
+		best := m.pick(req, skip, held, lagOf)
+		if best == nil {
+			if len(refused) > 0 {
+				return ClaimResult{Refused: refused, Empty: EmptyRefused}
+			}
+			return ClaimResult{Empty: EmptyNoTask}
+		}
+		if reason := m.recheck(best.t, req.Now); reason != "" {
+			// The row goes back untouched. Skipping its whole quota key,
+			// not just the row, stops one exhausted quota from eating the
+			// refusal budget while other keys have work.
+			refused = append(refused, Refusal{TaskID: best.t.ID, QuotaKey: best.t.QuotaKey, Reason: reason})
+			skip[best.t.QuotaKey] = true
+			if len(refused) >= MaxRefusalsPerClaim {
+				return ClaimResult{Refused: refused, Empty: EmptyRefused}
+			}
+			continue
+		}
+		res := ClaimResult{Task: best.t, OK: true, Refused: refused}
+		if req.Fair {
+			res.Lag = lagOf(best.t.Key)
+		}
+		m.accept(best, req)
+		return res
+	}
+}
+
+// sortKey holds the sort terms of one candidate, smallest first.
+type sortKey struct {
+	held   int // 1 for a row of a key claimed earlier in the round
+	sticky int
+	prio   int64 // effective priority; larger sorts first
+	lag    float64
+	band   int
+	due    time.Time
+	id     int64
+}
+
+func (a *sortKey) less(b *sortKey) bool {
+	if a.held != b.held {
+		return a.held < b.held
+	}
+	if a.sticky != b.sticky {
+		return a.sticky < b.sticky
+	}
+	if a.prio != b.prio {
+		return a.prio > b.prio
+	}
+	if a.lag != b.lag {
+		return a.lag < b.lag
+	}
+	if a.band != b.band {
+		return a.band < b.band
+	}
+	if !a.due.Equal(b.due) {
+		return a.due.Before(b.due)
+	}
+	return a.id < b.id
+}
+
+func (m *Model) sortKeyOf(t *Task, req ClaimRequest, held map[StateKey]bool, lagOf func(string) float64) sortKey {
+	k := sortKey{sticky: 1, prio: int64(t.Priority), band: 1, due: t.DueAt, id: t.ID}
+	// Ranking a held key's rows after every other row is the same as
+	// picking among the other keys first and falling back to held ones
+	// only when nothing else is left.
+	if req.Fair && held[StateKey{t.Queue, t.Key}] {
+		k.held = 1
+	}
+	// Stickiness is only a preference: it ranks the worker's own rows first
+	// but never hides them from others.
+	if t.StickyWorker != "" && t.StickyWorker == req.Worker && t.StickyUntil.After(req.Now) {
+		k.sticky = 0
+	}
+	if req.AgingSecs > 0 {
+		// Integer microseconds keep the boost identical to what the
+		// database computes from its microsecond timestamps. Candidates
+		// are due, so waited is never negative and division floors.
+		waited := req.Now.UnixMicro() - t.DueAt.UnixMicro()
+		k.prio += waited / (int64(req.AgingSecs) * 1_000_000)
+	}
+	if req.Fair {
+		k.lag = lagOf(t.Key)
+	}
+	if t.Continuation {
+		k.band = 0
+	}
+	return k
+}
+
+// pick returns the first due pending row of the queue in claim order,
+// leaving out rows whose quota key was refused earlier in this claim. For a
+// fair request, rows of keys in held come after all others.
+func (m *Model) pick(req ClaimRequest, skip map[string]bool, held map[StateKey]bool, lagOf func(string) float64) *taskRow {
+	var (
+		best    *taskRow
+		bestKey sortKey
+	)
+	for _, r := range m.pending[req.Queue] {
+		if r.t.DueAt.After(req.Now) {
+			continue
+		}
+		if r.t.QuotaKey != "" && skip[r.t.QuotaKey] {
+			continue
+		}
+		k := m.sortKeyOf(&r.t, req, held, lagOf)
+		if best == nil || k.less(&bestKey) {
+			best, bestKey = r, k
+		}
+	}
+	return best
+}
+
+// recheck applies the quota of the row's (queue, quota key): first the
+// concurrency cap, then the rate bucket. It returns "" to accept, in which
+// case the bucket has been debited; a refusal writes nothing.
+func (m *Model) recheck(t Task, now time.Time) string {
+	if t.QuotaKey == "" {
+		return ""
+	}
+	sk := StateKey{t.Queue, t.QuotaKey}
+	q, ok := m.quotas[sk]
+	if !ok {
+		return ""
+	}
+	if q.MaxConcurrent > 0 && m.running[sk] >= q.MaxConcurrent {
+		return ReasonConcurrencyCap
+	}
+	if q.Rate > 0 {
+		b, used := m.buckets[sk]
+		if !used {
+			b = bucket{tokens: q.Burst, updatedAt: now}
+		}
+		// A clock that steps back must not drain tokens, so negative
+		// elapsed time counts as none.
+		elapsed := math.Max(0, now.Sub(b.updatedAt).Seconds())
+		tokens := math.Min(q.Burst, b.tokens+q.Rate*elapsed)
+		if tokens < 1 {
+			return ReasonRateLimit
+		}
+		m.buckets[sk] = bucket{tokens: tokens - 1, updatedAt: now}
+	}
+	return ""
+}
+
+// accept moves the row to running and, for a fair claim, charges its key.
+func (m *Model) accept(r *taskRow, req ClaimRequest) {
+	r.st = TaskRunning
+	delete(m.pending[r.t.Queue], r.t.ID)
+	m.running[StateKey{r.t.Queue, r.t.QuotaKey}]++
+	if req.Fair {
+		m.charge(r.t.Queue, r.t.Key, req.Now)
+	}
+}
+
+// charge bills one claim to the key against the live rows, whatever
+// snapshot the pick used: the start tag is taken from the current clock and
+// pass, and pass moves 1/w beyond it, so a heavier key pays less per claim.
+func (m *Model) charge(queue, key string, now time.Time) {
+	rows := m.states[queue]
+	if rows == nil {
+		rows = map[string]KeyState{}
+		m.states[queue] = rows
+	}
+	v := clockOf(rows)
+	start := startTag(rows, v, key)
+	rows[key] = KeyState{Pass: start + 1/m.Weight(queue, key), LastStart: start, ChargedAt: now}
+}
+
+// ClaimByID claims one named row, as the dispatch channel does. The row
+// must exist, belong to req.Queue, be pending and be due; otherwise the
+// result is EmptyNoTask. Sticky, priority and lag play no part since the
+// row is named, but the rechecks run (a refusal gives EmptyRefused with one
+// Refusal) and a fair request charges the key like any fair claim. Lag
+// reports the key's live lag at the pick.
+func (m *Model) ClaimByID(id int64, req ClaimRequest) ClaimResult {
+	r, ok := m.tasks[id]
+	if !ok || r.st != TaskPending || r.t.Queue != req.Queue || r.t.DueAt.After(req.Now) {
+		return ClaimResult{Empty: EmptyNoTask}
+	}
+	if reason := m.recheck(r.t, req.Now); reason != "" {
+		return ClaimResult{
+			Refused: []Refusal{{TaskID: id, QuotaKey: r.t.QuotaKey, Reason: reason}},
+			Empty:   EmptyRefused,
+		}
+	}
+	res := ClaimResult{Task: r.t, OK: true}
+	if req.Fair {
+		res.Lag = m.Lag(r.t.Queue, r.t.Key)
+	}
+	m.accept(r, req)
+	return res
+}
+
+// Complete moves a running task to done. Any other state is left alone,
+// like a fenced UPDATE that matches no row.
+func (m *Model) Complete(id int64) {
+	r, ok := m.tasks[id]
+	if !ok || r.st != TaskRunning {
+		return
+	}
+	r.st = TaskDone
+	m.running[StateKey{r.t.Queue, r.t.QuotaKey}]--
+}
+
+// Requeue puts a running task back to pending with a new due time (a retry
+// or a rescued lease). Other fields, stickiness included, are kept. Tasks
+// not running are left alone. Requeueing never touches fairness state: the
+// charge of the lost attempt stands, as the claim already consumed a turn.
+func (m *Model) Requeue(id int64, dueAt time.Time) {
+	r, ok := m.tasks[id]
+	if !ok || r.st != TaskRunning {
+		return
+	}
+	r.st = TaskPending
+	r.t.DueAt = dueAt
+	m.running[StateKey{r.t.Queue, r.t.QuotaKey}]--
+	m.pendingOf(r.t.Queue)[id] = r
+}
+
+// Prune deletes fairness rows that no longer matter and returns them sorted
+// by queue, then key. Rows charged after now-window count as recent.
+//
+// A queue with no pending task (due or not) and no recent charge is idle:
+// all its rows go, forgiving every debt and resetting its clock; with no
+// one left to compete, past debts have nothing to protect. In any other
+// queue a row goes
+// when its key has no pending task, it is not recent, and it is not the
+// clock row (greatest LastStart, ties broken by the greater key). Keeping
+// the clock row means V never moves backwards in a live queue, and since a
+// charge leaves pass at most 1/w past V, a pruned key forgives at most one
+// claim of debt at the weight it was last charged with.
+func (m *Model) Prune(now time.Time, window time.Duration) []StateKey {
+	cutoff := now.Add(-window)
+	var out []StateKey
+	for queue, rows := range m.states {
+		pendingKeys := map[string]bool{}
+		for _, r := range m.pending[queue] {
+			pendingKeys[r.t.Key] = true
+		}
+		recent := false
+		clockKey, first := "", true
+		var clockStart float64
+		for k, s := range rows {
+			if s.ChargedAt.After(cutoff) {
+				recent = true
+			}
+			if first || s.LastStart > clockStart || (s.LastStart == clockStart && k > clockKey) {
+				clockKey, clockStart, first = k, s.LastStart, false
+			}
+		}
+		idle := len(pendingKeys) == 0 && !recent
+		for k, s := range rows {
+			if idle || (!pendingKeys[k] && !s.ChargedAt.After(cutoff) && k != clockKey) {
+				delete(rows, k)
+				out = append(out, StateKey{queue, k})
+			}
+		}
+		if len(rows) == 0 {
+			delete(m.states, queue)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Queue != out[j].Queue {
+			return out[i].Queue < out[j].Queue
+		}
+		return out[i].Key < out[j].Key
+	})
+	return out
+}
