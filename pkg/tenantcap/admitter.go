@@ -1,0 +1,177 @@
+package tenantcap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harvest-run/harvest/internal/runstore"
+	"github.com/harvest-run/harvest/internal/shards"
+)
+
+// AdmitterOptions wires an Admitter to the rest of a gateway.
+type AdmitterOptions struct {
+	// MaxRuns is the system limit (Settings.MaxRuns); DefaultMaxRuns when
+	// zero.
+	MaxRuns int
+	// Config returns the configuration in force; typically
+	// (*Watcher).Config. DefaultConfig when nil.
+	Config func() Config
+	// Tenants returns the registered tenants (auth.Store.Tenants). Only
+	// their number matters to the algorithms; nil counts as none.
+	Tenants func() []string
+	// Totals caches every shard's unfinished runs. Its shard count is the
+	// one tenants are routed over. Required.
+	Totals *Totals
+	// RetryAfter is the hint of a refusal; DefaultRetryAfter when zero.
+	RetryAfter time.Duration
+}
+
+// Admitter decides starts. One per gateway; safe for concurrent use.
+type Admitter struct {
+	maxRuns    int
+	config     func() Config
+	tenants    func() []string
+	totals     *Totals
+	retryAfter time.Duration
+}
+
+// NewAdmitter checks o and returns an Admitter.
+func NewAdmitter(o AdmitterOptions) (*Admitter, error) {
+	if o.Totals == nil || o.Totals.Shards() == 0 {
+		return nil, errors.New("tenantcap: an Admitter needs the shard totals")
+	}
+	if o.MaxRuns == 0 {
+		o.MaxRuns = DefaultMaxRuns
+	}
+	if o.MaxRuns < 0 {
+		return nil, fmt.Errorf("tenantcap: max runs %d must be positive", o.MaxRuns)
+	}
+	if o.Config == nil {
+		o.Config = DefaultConfig
+	}
+	if o.Tenants == nil {
+		o.Tenants = func() []string { return nil }
+	}
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = DefaultRetryAfter
+	}
+	return &Admitter{maxRuns: o.MaxRuns, config: o.Config, tenants: o.Tenants, totals: o.Totals, retryAfter: o.RetryAfter}, nil
+}
+
+// MaxRuns is the system limit in force.
+func (a *Admitter) MaxRuns() int { return a.maxRuns }
+
+// Config is the configuration in force.
+func (a *Admitter) Config() Config { return a.config() }
+
+// Tenants is the number of registered tenants.
+func (a *Admitter) Tenants() int { return len(a.tenants()) }
+
+// Totals is the shard totals cache the Admitter reads.
+func (a *Admitter) Totals() *Totals { return a.totals }
+
+// Home is the tenant's home shard.
+func (a *Admitter) Home(tenant string) int { return shards.Home(tenant, a.totals.Shards()) }
+
+// Admit implements runstore.Admitter, the gateway's admission hook. The
+// committer calls it inside the start's transaction on the tenant's home
+// shard, under the start's savepoint, after the run, its task and the
+// tenant's count were written (in.Running includes the new run) and only
+// for new runs, so a replay is never refused. The committer locked the
+// tenant's tenant_running row before writing, and holds the lock until the
+// group commits: concurrent starts of the tenant on every gateway queue
+// behind it, so the count is exact and the tenant is admitted exactly up
+// to its limit.
+//
+// It returns nil to keep the run, an *api.Error 429 (over_limit, with
+// retry_after_ms) to have the committer roll this start back alone, and
+// any other error when the shard could not be read.
+func (a *Admitter) Admit(ctx context.Context, tx pgx.Tx, in runstore.Admission) error {
+	d, err := a.CheckWritten(ctx, tx, in)
+	if err != nil {
+		return err
+	}
+	if !d.Admit {
+		return d.Err()
+	}
+	return nil
+}
+
+// CheckWritten is Admit returning the whole decision (for metrics and
+// logs) instead of the error a refusal becomes.
+func (a *Admitter) CheckWritten(ctx context.Context, tx pgx.Tx, in runstore.Admission) (Decision, error) {
+	if in.Shard < 0 || in.Shard >= a.totals.Shards() {
+		return Decision{}, fmt.Errorf("tenantcap: shard %d out of range (%d shards)", in.Shard, a.totals.Shards())
+	}
+	var local int64
+	if err := tx.QueryRow(ctx, sqlShardTotal).Scan(&local); err != nil {
+		return Decision{}, fmt.Errorf("tenantcap: read running counts: %w", err)
+	}
+	// Both figures include the run being admitted: judge the state before it.
+	return a.decide(in.Shard, in.Tenant, in.Running-1, int(local)-1), nil
+}
+
+// AdmitBefore is the admission check for a start path that asks before it
+// writes: call it inside the start transaction on the tenant's home shard,
+// before runstore.StartTx, and commit both together (READ COMMITTED, the
+// default). It returns what Admit returns; on a refusal roll the
+// transaction back so nothing is left behind.
+//
+// It takes a transaction-scoped advisory lock that serialises the starts of
+// the tenant on its shard until the transaction ends, so gateways racing
+// for one tenant at its limit admit exactly up to the limit. It does not
+// lock the tenant_running row itself: the start that follows writes the
+// run's key summary before it bumps the count, as cancels and finishes do,
+// and taking the count row first would invert that order.
+func (a *Admitter) AdmitBefore(ctx context.Context, tx pgx.Tx, tenant string) error {
+	d, err := a.CheckBefore(ctx, tx, a.Home(tenant), tenant)
+	if err != nil {
+		return err
+	}
+	if !d.Admit {
+		return d.Err()
+	}
+	return nil
+}
+
+// CheckBefore is AdmitBefore for an explicit home shard, returning the
+// whole decision.
+func (a *Admitter) CheckBefore(ctx context.Context, tx pgx.Tx, shard int, tenant string) (Decision, error) {
+	if shard < 0 || shard >= a.totals.Shards() {
+		return Decision{}, fmt.Errorf("tenantcap: shard %d out of range (%d shards)", shard, a.totals.Shards())
+	}
+	b := &pgx.Batch{}
+	b.Queue(sqlAdmitLock, tenant)
+	b.Queue(sqlAdmitRead, tenant)
+	br := tx.SendBatch(ctx, b)
+	var own, local int64
+	_, err := br.Exec()
+	if err == nil {
+		err = br.QueryRow().Scan(&own, &local)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return Decision{}, fmt.Errorf("tenantcap: read running counts: %w", err)
+	}
+	return a.decide(shard, tenant, int(own), int(local)), nil
+}
+
+// decide adds the cached totals of the other shards to this shard's exact
+// one and applies the rule.
+func (a *Admitter) decide(shard int, tenant string, own, local int) Decision {
+	others, _ := a.totals.Others(shard)
+	d := Decide(a.config(), a.maxRuns, len(a.tenants()), local+others, own)
+	d.Tenant = tenant
+	if !d.Admit {
+		d.RetryAfter = a.retryAfter
+	}
+	return d
+}
+
+var _ runstore.Admitter = (*Admitter)(nil)

@@ -1,0 +1,237 @@
+package tenantcap
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/harvest-run/harvest/pkg/api"
+)
+
+// Algorithm names how the per-tenant limit is computed.
+type Algorithm string
+
+// The algorithms an administrator can choose from.
+const (
+	// NoLimit applies the system limit only.
+	NoLimit Algorithm = "no_limit"
+	// Static gives every registered tenant the same fixed share:
+	// floor(max_runs × TFM / tenants).
+	Static Algorithm = "static"
+	// Dynamic lets a tenant hold fewer than TFM × (max_runs − total) runs,
+	// so the share shrinks as the system fills up.
+	Dynamic Algorithm = "dynamic"
+)
+
+// Algorithms lists the algorithms in the order a user interface shows them.
+func Algorithms() []Algorithm { return []Algorithm{NoLimit, Static, Dynamic} }
+
+// Valid reports whether a is one of the known algorithms.
+func (a Algorithm) Valid() bool { return a == NoLimit || a == Static || a == Dynamic }
+
+// Label is the algorithm's name for people ("No-Limit", "Static", "Dynamic").
+func (a Algorithm) Label() string {
+	switch a {
+	case NoLimit:
+		return "No-Limit"
+	case Static:
+		return "Static"
+	case Dynamic:
+		return "Dynamic"
+	}
+	return string(a)
+}
+
+// ParseAlgorithm reads an algorithm's API name; the error lists the known names.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	a := Algorithm(s)
+	if !a.Valid() {
+		return "", fmt.Errorf("unknown algorithm %q (want no_limit, static or dynamic)", s)
+	}
+	return a, nil
+}
+
+// DefaultTFM is the tenant fairness multiplier of a fresh installation.
+const DefaultTFM = 1.0
+
+// RecommendedDynamicTFM is a good starting point for the dynamic algorithm.
+const RecommendedDynamicTFM = 3.0
+
+// Config is what an administrator sets: the algorithm and its multiplier.
+// The JSON form is the one stored on shard 0 and carried over NATS.
+type Config struct {
+	Algorithm Algorithm `json:"algorithm"`
+	// TFM is the tenant fairness multiplier. It is stored for every
+	// algorithm but no_limit ignores it.
+	TFM float64 `json:"tfm"`
+}
+
+// DefaultConfig is in force until an administrator changes it: no_limit
+// with a TFM of 1.
+func DefaultConfig() Config { return Config{Algorithm: NoLimit, TFM: DefaultTFM} }
+
+// Validate checks both fields; the *api.Error names the field at fault.
+func (c Config) Validate() error {
+	if !c.Algorithm.Valid() {
+		return api.Invalid("algorithm", "unknown algorithm %q (want no_limit, static or dynamic)", c.Algorithm)
+	}
+	if err := ValidateTFM(c.TFM); err != nil {
+		return err
+	}
+	return nil
+}
+
+// ValidateTFM accepts positive finite numbers only.
+func ValidateTFM(tfm float64) error {
+	if math.IsNaN(tfm) || math.IsInf(tfm, 0) || tfm <= 0 {
+		return api.Invalid("tfm", "tfm must be a positive finite number, not %s", formatTFM(tfm))
+	}
+	return nil
+}
+
+func formatTFM(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// maxLimit caps a computed limit so that absurd multipliers cannot overflow.
+const maxLimit = math.MaxInt32
+
+// slack absorbs binary rounding, so that for instance 0.1 × 30 counts as 3
+// and not as 3.0000000000000004.
+func slack(x float64) float64 { return 1e-9 * math.Max(1, math.Abs(x)) }
+
+func clampLimit(x float64) int {
+	switch {
+	case x <= 0 || math.IsNaN(x):
+		return 0
+	case x >= maxLimit:
+		return maxLimit
+	}
+	return int(x)
+}
+
+// Limit is the per-tenant limit under cfg when the system holds
+// totalRunning unfinished runs out of maxRuns and tenants tenants are
+// registered. limited is false for no_limit, where only the system limit
+// applies (and limit is 0).
+//
+// In every case a tenant holding n runs may start another when
+// n < limit, so limit is the most runs the tenant can hold at once:
+//
+//   - static: floor(maxRuns × TFM / max(tenants, 1));
+//   - dynamic: the smallest whole number not below TFM × (maxRuns −
+//     totalRunning), so that "n < limit" is exactly the rule "n < TFM ×
+//     spare capacity" for whole n. It is 0 once the system is full, and it
+//     may exceed maxRuns when the system is quiet (the system limit still
+//     holds).
+func Limit(cfg Config, maxRuns, tenants, totalRunning int) (limit int, limited bool) {
+	switch cfg.Algorithm {
+	case Static:
+		x := float64(maxRuns) * cfg.TFM / float64(max(tenants, 1))
+		return clampLimit(math.Floor(x + slack(x))), true
+	case Dynamic:
+		spare := max(maxRuns-totalRunning, 0)
+		x := cfg.TFM * float64(spare)
+		return clampLimit(math.Ceil(x - slack(x))), true
+	default:
+		return 0, false
+	}
+}
+
+// Reason says which limit refused a start.
+type Reason string
+
+// The reasons of a refusal.
+const (
+	ReasonNone   Reason = ""
+	ReasonSystem Reason = "system_limit"
+	ReasonTenant Reason = "tenant_limit"
+)
+
+// DefaultRetryAfter is the retry hint of a refusal: a run has to finish
+// before the tenant can get in, which takes at least a claim round trip.
+const DefaultRetryAfter = time.Second
+
+// Decision is the outcome of one admission check with the figures it was
+// based on.
+type Decision struct {
+	Admit     bool
+	Reason    Reason
+	Algorithm Algorithm
+	TFM       float64
+	MaxRuns   int
+	Tenants   int
+	// Total is the system's unfinished runs as the check saw them.
+	Total int
+	// Own is the tenant's unfinished runs before this start.
+	Own     int
+	Limit   int
+	Limited bool
+	// RetryAfter is a hint for a refused caller; zero when admitted.
+	RetryAfter time.Duration
+	// Tenant names the tenant in the refusal message when set.
+	Tenant string
+}
+
+// Decide applies the admission rule: a start is admitted when the system
+// holds fewer than maxRuns unfinished runs and, unless the algorithm is
+// no_limit, the tenant holds fewer than its limit.
+func Decide(cfg Config, maxRuns, tenants, total, own int) Decision {
+	limit, limited := Limit(cfg, maxRuns, tenants, total)
+	d := Decision{
+		Algorithm: cfg.Algorithm, TFM: cfg.TFM, MaxRuns: maxRuns, Tenants: tenants,
+		Total: total, Own: own, Limit: limit, Limited: limited,
+	}
+	switch {
+	case total >= maxRuns:
+		d.Reason = ReasonSystem
+	case limited && own >= limit:
+		d.Reason = ReasonTenant
+	default:
+		d.Admit = true
+		return d
+	}
+	d.RetryAfter = DefaultRetryAfter
+	return d
+}
+
+// Message explains a refusal: the algorithm, the limit in force and the
+// tenant's count.
+func (d Decision) Message() string {
+	who := "the tenant"
+	if d.Tenant != "" {
+		who = "tenant " + d.Tenant
+	}
+	algo := string(d.Algorithm)
+	if d.Algorithm != NoLimit {
+		algo += " (tfm " + formatTFM(d.TFM) + ")"
+	}
+	switch d.Reason {
+	case ReasonSystem:
+		return fmt.Sprintf("admission refused: the system holds %d unfinished runs, at its read-only maximum max_runs=%d; "+
+			"%s holds %d (algorithm %s%s); retry once runs finish",
+			d.Total, d.MaxRuns, who, d.Own, algo, d.limitText())
+	case ReasonTenant:
+		return fmt.Sprintf("admission refused: %s holds %d unfinished runs and the %s limit is %d "+
+			"(%d of max_runs=%d in flight); retry once its runs finish",
+			who, d.Own, algo, d.Limit, d.Total, d.MaxRuns)
+	}
+	return "admitted"
+}
+
+func (d Decision) limitText() string {
+	if !d.Limited {
+		return ", no per-tenant limit"
+	}
+	return fmt.Sprintf(", limit %d", d.Limit)
+}
+
+// Err is the API error of a refusal (429 over_limit with retry_after_ms),
+// or nil when the start is admitted.
+func (d Decision) Err() *api.Error {
+	if d.Admit {
+		return nil
+	}
+	e := api.NewError(api.CodeOverLimit, "%s", d.Message())
+	e.RetryAfterMS = max(d.RetryAfter.Milliseconds(), 1)
+	return e
+}

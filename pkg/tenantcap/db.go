@@ -1,0 +1,51 @@
+package tenantcap
+
+import (
+	"context"
+	"embed"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+func mustSQL(name string) string {
+	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic(fmt.Sprintf("tenantcap: missing embedded query %s: %v", name, err))
+	}
+	return string(b)
+}
+
+var (
+	sqlAdmitLock       = mustSQL("AdmitLock")
+	sqlAdmitRead       = mustSQL("AdmitRead")
+	sqlShardTotal      = mustSQL("ShardTotal")
+	sqlTenantRunning   = mustSQL("TenantRunning")
+	sqlRunningByTenant = mustSQL("RunningByTenant")
+	sqlRecountLock     = mustSQL("RecountLock")
+	sqlRecountFix      = mustSQL("RecountFix")
+	sqlRecountInsert   = mustSQL("RecountInsert")
+	sqlSettingsGet     = mustSQL("SettingsGet")
+	sqlSettingsEnsure  = mustSQL("SettingsEnsure")
+	sqlSettingsLock    = mustSQL("SettingsLock")
+	sqlSettingsPut     = mustSQL("SettingsPut")
+	sqlAuditInsert     = mustSQL("AuditInsert")
+)
+
+// DB is what reads need of a shard: a *pgxpool.Pool, a *pgx.Conn or a
+// pgx.Tx all qualify.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Beginner is a DB that can open transactions (a pool or a connection).
+type Beginner interface {
+	DB
+	Begin(ctx context.Context) (pgx.Tx, error)
+}

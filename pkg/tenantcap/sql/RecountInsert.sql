@@ -1,0 +1,9 @@
+-- Tenants with unfinished runs but no count row at all get one. A start that
+-- creates the row concurrently wins; the next recount checks it.
+INSERT INTO tenant_running (tenant, running)
+SELECT r.tenant, count(*) FROM runs r
+WHERE r.status NOT IN ('completed', 'failed', 'cancelled')
+  AND NOT EXISTS (SELECT 1 FROM tenant_running t WHERE t.tenant = r.tenant)
+GROUP BY r.tenant
+ON CONFLICT (tenant) DO NOTHING
+RETURNING tenant, running::bigint

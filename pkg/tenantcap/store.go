@@ -1,0 +1,311 @@
+package tenantcap
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/dispatch"
+)
+
+// SettingName is the key of the admission configuration in the settings
+// table of shard 0.
+const SettingName = "admission"
+
+// AuditAction is the action of the audit rows this package writes.
+const AuditAction = "admission.set"
+
+// Audit outcomes.
+const (
+	OutcomeOK      = "ok"
+	OutcomeRefused = "refused"
+)
+
+// Current is the configuration in force with who set it and when
+// (database clock). A configuration nobody has set yet has a zero
+// UpdatedAt and holds DefaultConfig. It is also the body of the change
+// announcement on NATS.
+type Current struct {
+	Config
+	UpdatedAt time.Time `json:"updated_at,omitzero"`
+	UpdatedBy string    `json:"updated_by,omitempty"`
+}
+
+// Subject is the NATS subject on which configuration changes are
+// announced: "<prefix>.admission" (prefix dispatch.DefaultPrefix when
+// empty). The message is a hint only: a gateway that gets it re-reads
+// shard 0.
+func Subject(prefix string) string {
+	if prefix == "" {
+		prefix = dispatch.DefaultPrefix
+	}
+	return prefix + ".admission"
+}
+
+// LoadConfig reads the configuration from shard 0; DefaultConfig when
+// nobody has set one. A stored value that does not validate is an error.
+func LoadConfig(ctx context.Context, shard0 DB) (Current, error) {
+	return scanSetting(shard0.QueryRow(ctx, sqlSettingsGet, SettingName))
+}
+
+func scanSetting(row pgx.Row) (Current, error) {
+	var (
+		raw []byte
+		cur Current
+	)
+	err := row.Scan(&raw, &cur.UpdatedAt, &cur.UpdatedBy)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Current{Config: DefaultConfig()}, nil
+	}
+	if err != nil {
+		return Current{}, fmt.Errorf("tenantcap: read configuration: %w", err)
+	}
+	cfg, err := decodeStored(raw)
+	if err != nil {
+		return Current{}, err
+	}
+	cur.Config = cfg
+	return cur, nil
+}
+
+// decodeStored reads a stored value; fields it lacks keep their defaults.
+func decodeStored(raw []byte) (Config, error) {
+	cfg := DefaultConfig()
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return Config{}, fmt.Errorf("tenantcap: stored configuration %s: %w", raw, err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, fmt.Errorf("tenantcap: stored configuration %s: %w", raw, err)
+	}
+	return cfg, nil
+}
+
+// Patch is a change to the configuration: nil fields stay as they are.
+type Patch struct {
+	Algorithm *Algorithm
+	TFM       *float64
+}
+
+// Empty reports whether the patch changes nothing.
+func (p Patch) Empty() bool { return p.Algorithm == nil && p.TFM == nil }
+
+// Apply returns c with the patch's fields in place.
+func (p Patch) Apply(c Config) Config {
+	if p.Algorithm != nil {
+		c.Algorithm = *p.Algorithm
+	}
+	if p.TFM != nil {
+		c.TFM = *p.TFM
+	}
+	return c
+}
+
+// Validate checks the fields the patch sets; the *api.Error names the
+// field at fault.
+func (p Patch) Validate() error {
+	if p.Empty() {
+		return api.NewError(api.CodeInvalidArgument, "nothing to change: give algorithm, tfm or both")
+	}
+	if p.Algorithm != nil && !p.Algorithm.Valid() {
+		return api.Invalid("algorithm", "unknown algorithm %q (want no_limit, static or dynamic)", *p.Algorithm)
+	}
+	if p.TFM != nil {
+		return ValidateTFM(*p.TFM)
+	}
+	return nil
+}
+
+// auditJSON shows the patch in an audit row. A TFM that JSON cannot hold
+// (NaN, ±Inf, from the command line) is kept as text.
+func (p Patch) auditJSON() []byte {
+	m := map[string]any{}
+	if p.Algorithm != nil {
+		m["algorithm"] = string(*p.Algorithm)
+	}
+	if p.TFM != nil {
+		if math.IsNaN(*p.TFM) || math.IsInf(*p.TFM, 0) {
+			m["tfm"] = formatTFM(*p.TFM)
+		} else {
+			m["tfm"] = *p.TFM
+		}
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// SetConfig replaces the whole configuration; see UpdateConfig.
+func SetConfig(ctx context.Context, shard0 Beginner, actor string, cfg Config) (Current, error) {
+	return UpdateConfig(ctx, shard0, actor, Patch{Algorithm: &cfg.Algorithm, TFM: &cfg.TFM})
+}
+
+// UpdateConfig applies p to the configuration on shard 0 as actor. The new
+// value and its audit row (old value, new value, outcome "ok") are written
+// in one transaction. A patch that does not validate is refused with its
+// *api.Error (400 naming the field) after an audit row with outcome
+// "refused". Announce the result with PublishChange once this returns.
+func UpdateConfig(ctx context.Context, shard0 Beginner, actor string, p Patch) (Current, error) {
+	if err := p.Validate(); err != nil {
+		return Current{}, refuse(ctx, shard0, actor, p.auditJSON(), err)
+	}
+	tx, err := shard0.Begin(ctx)
+	if err != nil {
+		return Current{}, fmt.Errorf("tenantcap: begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
+	def, _ := json.Marshal(DefaultConfig())
+	if _, err := tx.Exec(ctx, sqlSettingsEnsure, SettingName, def); err != nil {
+		return Current{}, fmt.Errorf("tenantcap: create configuration row: %w", err)
+	}
+	old, err := scanSetting(tx.QueryRow(ctx, sqlSettingsLock, SettingName))
+	if err != nil {
+		return Current{}, err
+	}
+	cur := Current{Config: p.Apply(old.Config), UpdatedBy: actor}
+	oldJSON, _ := json.Marshal(old.Config)
+	newJSON, _ := json.Marshal(cur.Config)
+	if err := tx.QueryRow(ctx, sqlSettingsPut, SettingName, newJSON, actor).Scan(&cur.UpdatedAt); err != nil {
+		return Current{}, fmt.Errorf("tenantcap: write configuration: %w", err)
+	}
+	msg := fmt.Sprintf("algorithm %s, tfm %s", cur.Algorithm, formatTFM(cur.TFM))
+	if _, err := tx.Exec(ctx, sqlAuditInsert, actor, AuditAction, oldJSON, newJSON, OutcomeOK, msg); err != nil {
+		return Current{}, fmt.Errorf("tenantcap: write audit row: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Current{}, fmt.Errorf("tenantcap: commit configuration: %w", err)
+	}
+	return cur, nil
+}
+
+// RecordRefusal writes the audit row of a refused change: attempted is
+// what was asked for (JSON, or any bytes, kept as text when not JSON) and
+// reason why it was refused. UpdateConfig and ApplyPut call it themselves;
+// a route that refuses a change before reaching them (403 on a missing
+// privilege, 413) can call it too.
+func RecordRefusal(ctx context.Context, shard0 DB, actor string, attempted []byte, reason error) error {
+	var old []byte
+	if cur, err := LoadConfig(ctx, shard0); err == nil {
+		old, _ = json.Marshal(cur.Config)
+	}
+	msg := reason.Error()
+	var ae *api.Error
+	if errors.As(reason, &ae) {
+		msg = ae.Message
+		if ae.Field != "" {
+			msg = ae.Field + ": " + msg
+		}
+	}
+	if _, err := shard0.Exec(ctx, sqlAuditInsert, actor, AuditAction, old, auditValue(attempted), OutcomeRefused, msg); err != nil {
+		return fmt.Errorf("tenantcap: write audit row: %w", err)
+	}
+	return nil
+}
+
+// refuse records a refusal and returns reason (or the audit failure
+// joined to it).
+func refuse(ctx context.Context, shard0 DB, actor string, attempted []byte, reason error) error {
+	if err := RecordRefusal(ctx, shard0, actor, attempted, reason); err != nil {
+		return errors.Join(reason, err)
+	}
+	return reason
+}
+
+// maxAuditBody bounds what an audit row keeps of a refused request.
+const maxAuditBody = 4096
+
+// auditValue is attempted as a jsonb value: the JSON itself when it is a
+// small valid document Postgres can store, otherwise {"body": "<text>"}.
+func auditValue(attempted []byte) []byte {
+	if len(attempted) == 0 {
+		return nil
+	}
+	if len(attempted) <= maxAuditBody && json.Valid(attempted) && !bytes.Contains(attempted, []byte(`\u0000`)) {
+		return attempted
+	}
+	s := attempted
+	if len(s) > maxAuditBody {
+		s = s[:maxAuditBody]
+	}
+	text := strings.ToValidUTF8(strings.ReplaceAll(string(s), "\x00", ""), string(utf8.RuneError))
+	b, _ := json.Marshal(map[string]string{"body": text})
+	return b
+}
+
+// ParsePut reads the body of PUT /v1/admission: a JSON object with
+// "algorithm", "tfm" or both. Anything else is a 400 *api.Error naming
+// the field at fault; "max_runs" in particular is refused as read-only.
+func ParsePut(body []byte) (Patch, error) {
+	var fields map[string]json.RawMessage
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if err := dec.Decode(&fields); err != nil || fields == nil {
+		return Patch{}, api.NewError(api.CodeInvalidArgument, "the body must be a JSON object with algorithm and/or tfm")
+	}
+	if dec.More() {
+		return Patch{}, api.NewError(api.CodeInvalidArgument, "the body must hold one JSON object only")
+	}
+	if _, ok := fields["max_runs"]; ok {
+		return Patch{}, api.Invalid("max_runs", "max_runs is read-only: it is the system limit set by HARVEST_MAX_RUNS")
+	}
+	names := make([]string, 0, len(fields))
+	for k := range fields {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var p Patch
+	for _, k := range names {
+		raw := fields[k]
+		switch k {
+		case "algorithm":
+			var s string
+			if err := json.Unmarshal(raw, &s); err != nil {
+				return Patch{}, api.Invalid("algorithm", "algorithm must be a string: no_limit, static or dynamic")
+			}
+			a := Algorithm(s)
+			p.Algorithm = &a
+		case "tfm":
+			var v float64
+			if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) || json.Unmarshal(raw, &v) != nil {
+				return Patch{}, api.Invalid("tfm", "tfm must be a positive finite number")
+			}
+			p.TFM = &v
+		default:
+			return Patch{}, api.Invalid(k, "unknown field %q: only algorithm and tfm can be set", k)
+		}
+	}
+	if err := p.Validate(); err != nil {
+		return Patch{}, err
+	}
+	return p, nil
+}
+
+// ApplyPut serves PUT /v1/admission: it parses body, applies it as actor
+// and returns the configuration now in force. Every refusal is audited and
+// comes back as a 400 *api.Error. After it succeeds, the route announces
+// the change (PublishChange) and applies it locally (Watcher.Apply).
+func ApplyPut(ctx context.Context, shard0 Beginner, actor string, body []byte) (Current, error) {
+	p, err := ParsePut(body)
+	if err != nil {
+		return Current{}, refuse(ctx, shard0, actor, body, err)
+	}
+	return UpdateConfig(ctx, shard0, actor, p)
+}
+
+// PublishChange announces cur on Subject(prefix). Gateways treat it as a
+// hint and re-read shard 0, so a lost message only delays the change until
+// their next periodic reload.
+func PublishChange(ctx context.Context, nc *nats.Conn, prefix string, cur Current) error {
+	if err := dispatch.Publish(ctx, nc, Subject(prefix), cur); err != nil {
+		return fmt.Errorf("tenantcap: announce change: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+package tenantcap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// AdmissionView is the body of GET /v1/admission.
+type AdmissionView struct {
+	Algorithm Algorithm `json:"algorithm"`
+	TFM       float64   `json:"tfm"`
+	MaxRuns   int       `json:"max_runs"`
+	// MaxRunsReadOnly is always true: no API changes max_runs.
+	MaxRunsReadOnly bool `json:"max_runs_read_only"`
+	// Tenants is the number of registered tenants.
+	Tenants      int `json:"tenants"`
+	RunningTotal int `json:"running_total"`
+	// Running maps every registered tenant (0 when idle) and every tenant
+	// with unfinished runs to its unfinished runs.
+	Running map[string]int `json:"running"`
+	// Limit is the per-tenant limit right now; null under no_limit.
+	Limit *int `json:"limit"`
+	// UnavailableShards lists the shards whose counts could not be read;
+	// the figures above leave them out.
+	UnavailableShards []int `json:"unavailable_shards,omitempty"`
+	// UpdatedAt and UpdatedBy say who last changed the configuration.
+	UpdatedAt string `json:"updated_at,omitempty"`
+	UpdatedBy string `json:"updated_by,omitempty"`
+}
+
+// BuildAdmissionView reads every shard's per-tenant counts (fresh, not
+// from the cache) and assembles the GET /v1/admission body for cur. It
+// fails only when no shard answers.
+func BuildAdmissionView(ctx context.Context, shardDBs []DB, cur Current, maxRuns int, tenants []string) (AdmissionView, error) {
+	v := AdmissionView{
+		Algorithm: cur.Algorithm, TFM: cur.TFM, MaxRuns: maxRuns, MaxRunsReadOnly: true,
+		Tenants: len(tenants), Running: map[string]int{}, UpdatedBy: cur.UpdatedBy,
+	}
+	if !cur.UpdatedAt.IsZero() {
+		v.UpdatedAt = cur.UpdatedAt.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
+	}
+	for _, t := range tenants {
+		v.Running[t] = 0
+	}
+	per := make([]map[string]int, len(shardDBs))
+	errs := make([]error, len(shardDBs))
+	var wg sync.WaitGroup
+	for i, db := range shardDBs {
+		wg.Go(func() { per[i], errs[i] = runningByTenant(ctx, db) })
+	}
+	wg.Wait()
+	for i := range shardDBs {
+		if errs[i] != nil {
+			v.UnavailableShards = append(v.UnavailableShards, i)
+			continue
+		}
+		for t, n := range per[i] {
+			v.Running[t] += n
+			v.RunningTotal += n
+		}
+	}
+	if len(shardDBs) > 0 && len(v.UnavailableShards) == len(shardDBs) {
+		return AdmissionView{}, fmt.Errorf("tenantcap: no shard answered: %w", errors.Join(errs...))
+	}
+	if limit, limited := Limit(cur.Config, maxRuns, len(tenants), v.RunningTotal); limited {
+		v.Limit = &limit
+	}
+	return v, nil
+}
+
+func runningByTenant(ctx context.Context, db DB) (map[string]int, error) {
+	rows, err := db.Query(ctx, sqlRunningByTenant)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	var (
+		t string
+		n int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&t, &n}, func() error {
+		out[t] = int(n)
+		return nil
+	})
+	return out, err
+}
+
+// UsageView is the body of GET /v1/usage: the caller's own figures.
+type UsageView struct {
+	Tenant    string    `json:"tenant"`
+	Algorithm Algorithm `json:"algorithm"`
+	// Running is the tenant's unfinished runs (exact).
+	Running int `json:"running"`
+	// Limit is the tenant's limit right now; null under no_limit, where
+	// only max_runs applies.
+	Limit   *int `json:"limit"`
+	MaxRuns int  `json:"max_runs"`
+}
+
+// Usage builds the GET /v1/usage body of tenant: its exact count read from
+// home (its home shard) and its limit computed the way Admit would.
+func (a *Admitter) Usage(ctx context.Context, home DB, tenant string) (UsageView, error) {
+	var own, local int64
+	if err := home.QueryRow(ctx, sqlAdmitRead, tenant).Scan(&own, &local); err != nil {
+		return UsageView{}, fmt.Errorf("tenantcap: read usage: %w", err)
+	}
+	cfg := a.config()
+	others, _ := a.totals.Others(a.Home(tenant))
+	u := UsageView{Tenant: tenant, Algorithm: cfg.Algorithm, Running: int(own), MaxRuns: a.maxRuns}
+	if limit, limited := Limit(cfg, a.maxRuns, len(a.tenants()), int(local)+others); limited {
+		u.Limit = &limit
+	}
+	return u, nil
+}
