@@ -1,0 +1,4 @@
+package weights
+
+// MapError exposes the error mapping to the external tests.
+var MapError = mapError

@@ -1,0 +1,381 @@
+package weights
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/sourcegraph/conc/iter"
+
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/dispatch"
+)
+
+// Shard is one shard of the fleet: its index in HARVEST_SHARDS and a pool
+// (or connection) on it. A pool for an unreachable shard is fine: its
+// writes come back as OutcomeUnavailable.
+type Shard struct {
+	Index int
+	DB    DB
+}
+
+// DefaultShardTimeout bounds each shard's part of a fan-out, so one shard
+// that hangs cannot hold the answer of the others.
+const DefaultShardTimeout = 10 * time.Second
+
+type options struct {
+	nc       *nats.Conn
+	subjects dispatch.Subjects
+	timeout  time.Duration
+}
+
+// Option adjusts a fan-out.
+type Option func(*options)
+
+// WithNATS publishes a dispatch.WeightEvent on subjects.Weights(queue)
+// after a write that at least one shard committed. A failed publish never
+// fails the write (the database stays the source of truth; workers read
+// weights at each claim anyway): it is reported in PublishErr.
+func WithNATS(nc *nats.Conn, subjects dispatch.Subjects) Option {
+	return func(o *options) { o.nc, o.subjects = nc, subjects }
+}
+
+// WithShardTimeout replaces DefaultShardTimeout.
+func WithShardTimeout(d time.Duration) Option {
+	return func(o *options) { o.timeout = d }
+}
+
+func collect(opts []Option) options {
+	o := options{timeout: DefaultShardTimeout}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// call runs fn on every shard at once, each under the shard timeout, and
+// returns the results in shard order.
+func call[T any](ctx context.Context, shards []Shard, o options, fn func(ctx context.Context, db DB) (T, error)) []called[T] {
+	return iter.Map(shards, func(s *Shard) called[T] {
+		sctx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		v, err := fn(sctx, s.DB)
+		return called[T]{shard: s.Index, v: v, err: err}
+	})
+}
+
+type called[T any] struct {
+	shard int
+	v     T
+	err   error
+}
+
+// ShardOutcome is one shard's part of a write.
+type ShardOutcome struct {
+	Shard int `json:"shard"`
+	// Outcome is OutcomeOK, OutcomeUnavailable, OutcomeCapReached or
+	// OutcomeError.
+	Outcome string `json:"outcome"`
+	Message string `json:"message"`
+}
+
+func outcomeOf(shard int, err error) ShardOutcome {
+	so := ShardOutcome{Shard: shard, Outcome: OutcomeOK}
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrCapReached):
+		so.Outcome, so.Message = OutcomeCapReached, err.Error()
+	case errors.Is(err, ErrUnavailable):
+		so.Outcome, so.Message = OutcomeUnavailable, err.Error()
+	default:
+		so.Outcome, so.Message = OutcomeError, err.Error()
+	}
+	return so
+}
+
+// writeStatus is the HTTP status of a write from its shard outcomes: 409
+// when any shard refused at the cap, else 200 when every shard took it,
+// 207 when some did, 503 when none did.
+func writeStatus(shards []ShardOutcome) int {
+	ok, capped := 0, 0
+	for _, s := range shards {
+		switch s.Outcome {
+		case OutcomeOK:
+			ok++
+		case OutcomeCapReached:
+			capped++
+		}
+	}
+	switch {
+	case capped > 0:
+		return http.StatusConflict
+	case ok == len(shards) && ok > 0:
+		return http.StatusOK
+	case ok > 0:
+		return http.StatusMultiStatus
+	default:
+		return http.StatusServiceUnavailable
+	}
+}
+
+func shardList(shards []ShardOutcome, outcome ...string) string {
+	var n []string
+	for _, s := range shards {
+		for _, o := range outcome {
+			if s.Outcome == o {
+				n = append(n, fmt.Sprint(s.Shard))
+			}
+		}
+	}
+	return strings.Join(n, ", ")
+}
+
+// writeMessage explains a write's answer and what to do next.
+func writeMessage(what string, shards []ShardOutcome) string {
+	ok := 0
+	for _, s := range shards {
+		if s.Outcome == OutcomeOK {
+			ok++
+		}
+	}
+	switch writeStatus(shards) {
+	case http.StatusOK:
+		return fmt.Sprintf("%s on all %d shards", what, len(shards))
+	case http.StatusConflict:
+		m := fmt.Sprintf("refused on shard %s: the queue holds %d overrides there, the most allowed; clear an override on that shard first, then send this request again",
+			shardList(shards, OutcomeCapReached), MaxOverrides)
+		if ok > 0 {
+			m += fmt.Sprintf(" (shard %s took it already)", shardList(shards, OutcomeOK))
+		}
+		if rest := shardList(shards, OutcomeUnavailable, OutcomeError); rest != "" {
+			m += fmt.Sprintf("; shard %s did not answer", rest)
+		}
+		return m
+	case http.StatusMultiStatus:
+		return fmt.Sprintf("%s on %d of %d shards; shard %s did not take it: send the same request again to bring every shard to the same setting",
+			what, ok, len(shards), shardList(shards, OutcomeUnavailable, OutcomeError))
+	default:
+		return "no shard took the write, nothing changed: send the same request again when the shards are back"
+	}
+}
+
+// WriteResult is the answer to PUT and DELETE
+// /v1/queues/{queue}/weights/{key}; Status gives its HTTP status.
+type WriteResult struct {
+	Queue string `json:"queue"`
+	Key   string `json:"key"`
+	// Weight is the weight written; null for a clear (the key weighs 1).
+	Weight  *float64       `json:"weight"`
+	Shards  []ShardOutcome `json:"shards"`
+	Message string         `json:"message"`
+	// PublishErr is why the change event was not sent, for the log; the
+	// write itself stands.
+	PublishErr error `json:"-"`
+}
+
+// Status is 200 (every shard took it), 207 (some did: send it again), 409
+// (some shard refused at the cap, whatever the others did) or 503 (none
+// did).
+func (r WriteResult) Status() int { return writeStatus(r.Shards) }
+
+// Set writes the override of (queue, key) on every shard. The error is
+// non-nil only for invalid arguments (an *api.Error, status 400), in which
+// case no shard was written; every shard's fate is in the result. Writes
+// are idempotent, so a retry after a 207 converges.
+func Set(ctx context.Context, shards []Shard, actor, queue, key string, weight float64, opts ...Option) (WriteResult, error) {
+	if err := validateWeightWrite(actor, queue, key); err != nil {
+		return WriteResult{}, err
+	}
+	if err := ValidateWeight(weight); err != nil {
+		return WriteResult{}, err
+	}
+	if err := checkShards(shards); err != nil {
+		return WriteResult{}, err
+	}
+	o := collect(opts)
+	res := call(ctx, shards, o, func(ctx context.Context, db DB) (Change, error) {
+		return SetOne(ctx, db, actor, queue, key, weight)
+	})
+	out := WriteResult{Queue: queue, Key: key, Weight: &weight}
+	for _, r := range res {
+		out.Shards = append(out.Shards, outcomeOf(r.shard, r.err))
+	}
+	out.Message = writeMessage("set", out.Shards)
+	out.PublishErr = o.publish(ctx, out.Shards, queue, key, "weight")
+	return out, nil
+}
+
+// Clear removes the override of (queue, key) on every shard; the answer
+// follows the rules of Set (without the cap).
+func Clear(ctx context.Context, shards []Shard, actor, queue, key string, opts ...Option) (WriteResult, error) {
+	if err := validateWeightWrite(actor, queue, key); err != nil {
+		return WriteResult{}, err
+	}
+	if err := checkShards(shards); err != nil {
+		return WriteResult{}, err
+	}
+	o := collect(opts)
+	res := call(ctx, shards, o, func(ctx context.Context, db DB) (Change, error) {
+		return ClearOne(ctx, db, actor, queue, key)
+	})
+	out := WriteResult{Queue: queue, Key: key}
+	for _, r := range res {
+		out.Shards = append(out.Shards, outcomeOf(r.shard, r.err))
+	}
+	out.Message = writeMessage("cleared", out.Shards)
+	out.PublishErr = o.publish(ctx, out.Shards, queue, key, "weight")
+	return out, nil
+}
+
+func checkShards(shards []Shard) error {
+	if len(shards) == 0 {
+		return api.NewError(api.CodeInternal, "no shards configured")
+	}
+	return nil
+}
+
+func (o options) publish(ctx context.Context, shards []ShardOutcome, queue, key, kind string) error {
+	if o.nc == nil {
+		return nil
+	}
+	for _, s := range shards {
+		if s.Outcome == OutcomeOK {
+			return dispatch.Publish(ctx, o.nc, o.subjects.Weights(queue),
+				dispatch.WeightEvent{Queue: queue, Key: key, Kind: kind})
+		}
+	}
+	return nil
+}
+
+// KeyWeight is one key's weight on one shard; a nil Weight means the
+// shard holds no override for the key (it weighs 1 there).
+type KeyWeight struct {
+	Key    string   `json:"key"`
+	Weight *float64 `json:"weight"`
+}
+
+// ShardWeights is one shard's detail in a weights read that is not
+// uniform or not complete.
+type ShardWeights struct {
+	Shard int `json:"shard"`
+	// Outcome is OutcomeOK, OutcomeUnavailable or OutcomeError.
+	Outcome string `json:"outcome"`
+	Message string `json:"message,omitempty"`
+	// Overrides is how many overrides the shard holds for the queue.
+	Overrides int `json:"overrides"`
+	// Differing lists the keys on which the answering shards disagree,
+	// with this shard's weight for each.
+	Differing []KeyWeight `json:"differing"`
+}
+
+// ReadResult is the answer to GET /v1/queues/{queue}/weights.
+type ReadResult struct {
+	Queue string `json:"queue"`
+	// Overrides are the overrides on which every answering shard agrees.
+	Overrides []Override `json:"overrides"`
+	// WeightsUniform is false when the answering shards disagree; Shards
+	// then shows what each holds for the keys in dispute.
+	WeightsUniform    bool  `json:"weights_uniform"`
+	UnavailableShards []int `json:"unavailable_shards"`
+	// Shards is present when the shards disagree or some did not answer.
+	Shards  []ShardWeights `json:"shards,omitempty"`
+	Message string         `json:"message,omitempty"`
+}
+
+// Status is 200 when at least one shard answered, else 503.
+func (r ReadResult) Status() int {
+	if len(r.UnavailableShards) == len(r.Shards) && len(r.Shards) > 0 {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusOK
+}
+
+// Get reads the overrides of queue from every shard and compares them.
+func Get(ctx context.Context, shards []Shard, queue string, opts ...Option) (ReadResult, error) {
+	if err := ValidateQueue(queue); err != nil {
+		return ReadResult{}, err
+	}
+	if err := checkShards(shards); err != nil {
+		return ReadResult{}, err
+	}
+	o := collect(opts)
+	res := call(ctx, shards, o, func(ctx context.Context, db DB) ([]Override, error) {
+		return List(ctx, db, queue)
+	})
+	out := ReadResult{Queue: queue, Overrides: []Override{}, WeightsUniform: true, UnavailableShards: []int{}}
+	// Every key any answering shard holds, with each shard's weight.
+	per := map[string]map[int]float64{}
+	var answered []int
+	detail := make([]ShardWeights, len(res))
+	for i, r := range res {
+		so := outcomeOf(r.shard, r.err)
+		detail[i] = ShardWeights{Shard: r.shard, Outcome: so.Outcome, Message: so.Message, Differing: []KeyWeight{}}
+		if r.err != nil {
+			out.UnavailableShards = append(out.UnavailableShards, r.shard)
+			continue
+		}
+		answered = append(answered, i)
+		detail[i].Overrides = len(r.v)
+		for _, ov := range r.v {
+			if per[ov.Key] == nil {
+				per[ov.Key] = map[int]float64{}
+			}
+			per[ov.Key][i] = ov.Weight
+		}
+	}
+	keys := make([]string, 0, len(per))
+	for k := range per {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		ws := per[k]
+		first, agree := 0.0, len(ws) == len(answered)
+		for j, i := range answered {
+			w, ok := ws[i]
+			if j == 0 {
+				first = w
+			}
+			if !ok || w != first {
+				agree = false
+			}
+		}
+		if agree {
+			out.Overrides = append(out.Overrides, Override{Key: k, Weight: first})
+			continue
+		}
+		out.WeightsUniform = false
+		for _, i := range answered {
+			kw := KeyWeight{Key: k}
+			if w, ok := ws[i]; ok {
+				kw.Weight = &w
+			}
+			detail[i].Differing = append(detail[i].Differing, kw)
+		}
+	}
+	if !out.WeightsUniform || len(out.UnavailableShards) > 0 {
+		out.Shards = detail
+	}
+	switch {
+	case len(answered) == 0:
+		out.Message = "no shard answered"
+	case !out.WeightsUniform:
+		out.Message = "the shards disagree; overrides lists what they agree on, shards shows the rest: set or clear the keys in dispute again to bring every shard to the same weight"
+	case len(out.UnavailableShards) > 0:
+		out.Message = fmt.Sprintf("shard %s did not answer; the other shards agree", joinInts(out.UnavailableShards))
+	}
+	return out, nil
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ", ")
+}

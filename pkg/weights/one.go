@@ -1,0 +1,455 @@
+package weights
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/fairkeys"
+)
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+func mustSQL(name string) string {
+	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+var (
+	sqlWeightSetOne   = mustSQL("WeightSetOne")
+	sqlWeightClearOne = mustSQL("WeightClearOne")
+	sqlWeightList     = mustSQL("WeightList")
+	sqlQuotaSetOne    = mustSQL("QuotaSetOne")
+	sqlQuotaClearOne  = mustSQL("QuotaClearOne")
+	sqlQuotaList      = mustSQL("QuotaList")
+	sqlKeyList        = mustSQL("KeyList")
+	sqlAuditList      = mustSQL("AuditList")
+)
+
+// DB is what the one-shard functions need of a connection: *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx all qualify. Every function acts on the shard of the
+// connection passed, and each write is a single statement: on a pool it
+// commits at once; inside a transaction it commits with it.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Outcomes of a write on one shard, as they appear in the shards list of
+// a write's answer.
+const (
+	OutcomeOK          = "ok"
+	OutcomeUnavailable = "unavailable"
+	OutcomeCapReached  = "cap_reached"
+	OutcomeError       = "error"
+)
+
+// Audit actions and outcomes written by this package.
+const (
+	ActionWeightSet    = "weight.set"
+	ActionWeightClear  = "weight.clear"
+	ActionQuotaSet     = "quota.set"
+	ActionQuotaClear   = "quota.clear"
+	AuditOutcomeOK     = "ok"
+	AuditOutcomeRefuse = "refused"
+)
+
+// Change is what one shard did with a weight write.
+type Change struct {
+	// Outcome is OutcomeOK or OutcomeCapReached.
+	Outcome string
+	// Old is the override before the write (nil: there was none).
+	Old *float64
+	// Overrides is how many overrides the queue holds on the shard after
+	// the write.
+	Overrides int
+}
+
+// Override is one weight override.
+type Override struct {
+	Key    string  `json:"key"`
+	Weight float64 `json:"weight"`
+	// UpdatedAt and UpdatedBy say who wrote the override last (not part of
+	// the weights resource; shown by the CLI).
+	UpdatedAt time.Time `json:"-"`
+	UpdatedBy string    `json:"-"`
+}
+
+// SetOne sets the override of (queue, key) to weight on the shard of db
+// and writes its audit row in the same statement. A set to the weight the
+// key already has succeeds (and is audited as unchanged), so a write can
+// always be sent again. A new key on a queue that already holds
+// MaxOverrides overrides is refused: the refusal's audit row is written and
+// the error wraps ErrCapReached. Invalid arguments give an *api.Error.
+func SetOne(ctx context.Context, db DB, actor, queue, key string, weight float64) (Change, error) {
+	if err := validateWeightWrite(actor, queue, key); err != nil {
+		return Change{}, err
+	}
+	if err := ValidateWeight(weight); err != nil {
+		return Change{}, err
+	}
+	c, err := scanChange(db.QueryRow(ctx, sqlWeightSetOne, queue, key, weight, actor))
+	if err != nil {
+		return Change{}, mapError("set weight", err)
+	}
+	if c.Outcome == OutcomeCapReached {
+		return c, fmt.Errorf("weights: set weight: %w: queue %q holds %d overrides, the most allowed; clear one first",
+			ErrCapReached, queue, c.Overrides)
+	}
+	return c, nil
+}
+
+// ClearOne removes the override of (queue, key) on the shard of db, so the
+// key weighs 1 from its next charge, and writes the audit row in the same
+// statement. Clearing a key that has no override succeeds (Old is nil).
+func ClearOne(ctx context.Context, db DB, actor, queue, key string) (Change, error) {
+	if err := validateWeightWrite(actor, queue, key); err != nil {
+		return Change{}, err
+	}
+	c, err := scanChange(db.QueryRow(ctx, sqlWeightClearOne, queue, key, actor))
+	return c, mapError("clear weight", err)
+}
+
+func validateWeightWrite(actor, queue, key string) error {
+	if err := validateActor(actor); err != nil {
+		return err
+	}
+	if err := ValidateQueue(queue); err != nil {
+		return err
+	}
+	return ValidateOverrideKey(key)
+}
+
+func scanChange(row pgx.Row) (Change, error) {
+	var c Change
+	var n int32
+	if err := row.Scan(&c.Outcome, &c.Old, &n); err != nil {
+		return Change{}, err
+	}
+	c.Overrides = int(n)
+	return c, nil
+}
+
+// List returns the overrides of queue on the shard of db, by key in byte
+// order. Keys without a row weigh 1.
+func List(ctx context.Context, db DB, queue string) ([]Override, error) {
+	if err := ValidateQueue(queue); err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, sqlWeightList, queue)
+	if err != nil {
+		return nil, mapError("list weights", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Override, error) {
+		var o Override
+		err := r.Scan(&o.Key, &o.Weight, &o.UpdatedAt, &o.UpdatedBy)
+		return o, err
+	})
+	if err != nil {
+		return nil, mapError("list weights", err)
+	}
+	return out, nil
+}
+
+// QuotaChange is what one shard did with a quota write.
+type QuotaChange struct {
+	Outcome string // OutcomeOK
+	Old     *Quota // the quota before the write (nil: there was none)
+}
+
+// QuotaEntry is the quota of one quota key.
+type QuotaEntry struct {
+	QuotaKey string `json:"quota_key"`
+	Quota
+	UpdatedAt time.Time `json:"-"`
+	UpdatedBy string    `json:"-"`
+}
+
+// SetQuotaOne replaces the quota of (queue, quotaKey) on the shard of db
+// and writes the audit row in the same statement. The claim's rechecks read
+// it at their next claim of the quota key.
+func SetQuotaOne(ctx context.Context, db DB, actor, queue, quotaKey string, q Quota) (QuotaChange, error) {
+	if err := validateQuotaWrite(actor, queue, quotaKey); err != nil {
+		return QuotaChange{}, err
+	}
+	if err := q.Validate(); err != nil {
+		return QuotaChange{}, err
+	}
+	var mc *int32
+	if q.MaxConcurrent != nil {
+		v := int32(*q.MaxConcurrent)
+		mc = &v
+	}
+	c, err := scanQuotaChange(db.QueryRow(ctx, sqlQuotaSetOne, queue, quotaKey, mc, q.Rate, q.Burst, actor))
+	return c, mapError("set quota", err)
+}
+
+// ClearQuotaOne removes the quota of (queue, quotaKey) and its rate bucket
+// on the shard of db, with its audit row. Clearing a missing quota succeeds.
+func ClearQuotaOne(ctx context.Context, db DB, actor, queue, quotaKey string) (QuotaChange, error) {
+	if err := validateQuotaWrite(actor, queue, quotaKey); err != nil {
+		return QuotaChange{}, err
+	}
+	c, err := scanQuotaChange(db.QueryRow(ctx, sqlQuotaClearOne, queue, quotaKey, actor))
+	return c, mapError("clear quota", err)
+}
+
+func validateQuotaWrite(actor, queue, quotaKey string) error {
+	if err := validateActor(actor); err != nil {
+		return err
+	}
+	if err := ValidateQueue(queue); err != nil {
+		return err
+	}
+	return ValidateQuotaKey(quotaKey)
+}
+
+func scanQuotaChange(row pgx.Row) (QuotaChange, error) {
+	var c QuotaChange
+	var old []byte
+	if err := row.Scan(&c.Outcome, &old); err != nil {
+		return QuotaChange{}, err
+	}
+	if len(old) > 0 && string(old) != "null" {
+		c.Old = new(Quota)
+		if err := json.Unmarshal(old, c.Old); err != nil {
+			return QuotaChange{}, fmt.Errorf("decode old quota: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// ListQuotas returns the quotas of queue on the shard of db (only that of
+// quotaKey when it is not empty), by quota key in byte order.
+func ListQuotas(ctx context.Context, db DB, queue, quotaKey string) ([]QuotaEntry, error) {
+	if err := ValidateQueue(queue); err != nil {
+		return nil, err
+	}
+	var qk any
+	if quotaKey != "" {
+		if err := ValidateQuotaKey(quotaKey); err != nil {
+			return nil, err
+		}
+		qk = quotaKey
+	}
+	rows, err := db.Query(ctx, sqlQuotaList, queue, qk)
+	if err != nil {
+		return nil, mapError("list quotas", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QuotaEntry, error) {
+		var e QuotaEntry
+		var mc *int32
+		err := r.Scan(&e.QuotaKey, &mc, &e.Rate, &e.Burst, &e.UpdatedAt, &e.UpdatedBy)
+		if mc != nil {
+			v := int(*mc)
+			e.MaxConcurrent = &v
+		}
+		return e, err
+	})
+	if err != nil {
+		return nil, mapError("list quotas", err)
+	}
+	return out, nil
+}
+
+// KeyView is one key of a queue on one shard, as GET /v1/queues/{q}/keys
+// shows it.
+type KeyView struct {
+	Key string `json:"key"`
+	// Weight is the weight the key's next charge uses; Overridden says
+	// whether an override sets it.
+	Weight     float64 `json:"weight"`
+	Overridden bool    `json:"overridden"`
+	// Pass is the key's virtual finish time (null before its first fair
+	// claim, or after its state was pruned).
+	Pass *float64 `json:"pass"`
+	// Lag is how far the key's next start is ahead of the queue clock:
+	// max(pass, V) - V. The fair claim serves the smallest lag first; 0
+	// means the key is not in debt.
+	Lag float64 `json:"lag"`
+	// Pending counts the key's due pending tasks.
+	Pending int `json:"pending"`
+	// ClaimsLastMinute counts the key's tasks claimed in the last minute
+	// (by their latest claim; fair and ordinary claims alike).
+	ClaimsLastMinute int `json:"claims_last_minute"`
+	// ChargedAt is the time of the key's last fair charge.
+	ChargedAt *api.Time `json:"charged_at"`
+}
+
+// ShardKeyList is the per-key view of a queue on one shard.
+type ShardKeyList struct {
+	// Clock is the queue clock V: the largest last_start of the queue.
+	Clock float64   `json:"clock"`
+	Keys  []KeyView `json:"keys"`
+	// Truncated: the queue has more keys than the limit; the first ones in
+	// byte order are listed.
+	Truncated bool `json:"truncated"`
+}
+
+// DefaultKeyLimit and MaxKeyLimit bound the keys listed per shard.
+const (
+	DefaultKeyLimit = 1000
+	MaxKeyLimit     = 10000
+)
+
+// KeysOne lists the keys of queue on the shard of db: every key with
+// fairness state, due pending work, an override or a claim in the last
+// minute, at most limit of them (DefaultKeyLimit when limit <= 0).
+func KeysOne(ctx context.Context, db DB, queue string, limit int) (ShardKeyList, error) {
+	if err := ValidateQueue(queue); err != nil {
+		return ShardKeyList{}, err
+	}
+	if limit <= 0 {
+		limit = DefaultKeyLimit
+	}
+	if limit > MaxKeyLimit {
+		return ShardKeyList{}, api.Invalid("limit", "limit must be at most %d", MaxKeyLimit)
+	}
+	// The database clock decides the window, as it sets claimed_at.
+	rows, err := db.Query(ctx, sqlKeyList, queue, nil, limit+1)
+	if err != nil {
+		return ShardKeyList{}, mapError("list keys", err)
+	}
+	out := ShardKeyList{Keys: []KeyView{}}
+	for rows.Next() {
+		var (
+			k         KeyView
+			w         *float64
+			lastStart *float64
+			charged   *time.Time
+			pending   int32
+			claims    int64
+			clock     float64
+		)
+		if err := rows.Scan(&k.Key, &w, &k.Pass, &lastStart, &charged, &k.Lag, &pending, &claims, &clock); err != nil {
+			rows.Close()
+			return ShardKeyList{}, mapError("list keys", err)
+		}
+		out.Clock = clock
+		k.Weight = fairkeys.EffectiveWeight(k.Key, deref(w), w != nil)
+		k.Overridden = w != nil && k.Key != fairkeys.DefaultKey
+		k.Pending = int(pending)
+		k.ClaimsLastMinute = int(claims)
+		if charged != nil {
+			k.ChargedAt = &api.Time{Time: *charged}
+		}
+		out.Keys = append(out.Keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		return ShardKeyList{}, mapError("list keys", err)
+	}
+	if len(out.Keys) > limit {
+		out.Keys = out.Keys[:limit]
+		out.Truncated = true
+	}
+	return out, nil
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// AuditEntry is one audit row.
+type AuditEntry struct {
+	ID     int64    `json:"id"`
+	At     api.Time `json:"at"`
+	Actor  string   `json:"actor"`
+	Action string   `json:"action"`
+	Queue  *string  `json:"queue"`
+	Key    *string  `json:"key"`
+	// OldValue and NewValue are the setting before and after (null: none),
+	// e.g. {"weight": 2} or {"max_concurrent": 5, "rate": null, "burst": null}.
+	OldValue json.RawMessage `json:"old_value"`
+	NewValue json.RawMessage `json:"new_value"`
+	// Outcome is "ok" or "refused"; Message says why a change was refused,
+	// or notes a change that changed nothing.
+	Outcome string `json:"outcome"`
+	Message string `json:"message"`
+}
+
+// AuditPage is one page of GET /v1/audit.
+type AuditPage struct {
+	Entries []AuditEntry `json:"entries"`
+	// NextCursor fetches the next (older) page; empty on the last page.
+	NextCursor string `json:"next_cursor"`
+}
+
+// Audit page sizes.
+const (
+	DefaultAuditLimit = 100
+	MaxAuditLimit     = 1000
+)
+
+// AuditList returns the audit rows of the shard of db, newest first:
+// limit rows (DefaultAuditLimit when limit <= 0) after cursor, which is ""
+// for the first page or the NextCursor of the page before. A cursor that
+// this function did not make gives an *api.Error naming "cursor".
+func AuditList(ctx context.Context, db DB, cursor string, limit int) (AuditPage, error) {
+	if limit <= 0 {
+		limit = DefaultAuditLimit
+	}
+	if limit > MaxAuditLimit {
+		return AuditPage{}, api.Invalid("limit", "limit must be at most %d", MaxAuditLimit)
+	}
+	var before any
+	if cursor != "" {
+		id, err := strconv.ParseInt(cursor, 10, 64)
+		if err != nil || id <= 0 {
+			return AuditPage{}, api.Invalid("cursor", "cursor is not one this server gave out")
+		}
+		before = id
+	}
+	rows, err := db.Query(ctx, sqlAuditList, before, limit+1)
+	if err != nil {
+		return AuditPage{}, mapError("list audit", err)
+	}
+	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
+		var e AuditEntry
+		var oldV, newV []byte
+		err := r.Scan(&e.ID, &e.At.Time, &e.Actor, &e.Action, &e.Queue, &e.Key, &oldV, &newV, &e.Outcome, &e.Message)
+		e.OldValue, e.NewValue = rawOrNull(oldV), rawOrNull(newV)
+		return e, err
+	})
+	if err != nil {
+		return AuditPage{}, mapError("list audit", err)
+	}
+	page := AuditPage{Entries: entries}
+	if page.Entries == nil {
+		page.Entries = []AuditEntry{}
+	}
+	if len(page.Entries) > limit {
+		page.Entries = page.Entries[:limit]
+		page.NextCursor = strconv.FormatInt(page.Entries[limit-1].ID, 10)
+	}
+	return page, nil
+}
+
+func rawOrNull(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	return json.RawMessage(b)
+}
+
+// ValidateLimit checks the limit of a per-key listing.
+func ValidateLimit(limit int) error {
+	if limit > MaxKeyLimit {
+		return api.Invalid("limit", "limit must be at most %d", MaxKeyLimit)
+	}
+	return nil
+}

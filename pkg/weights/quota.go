@@ -1,0 +1,239 @@
+package weights
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+)
+
+// QuotaWriteResult is the answer to PUT and DELETE
+// /v1/queues/{queue}/quotas/{quota_key}; Status gives its HTTP status
+// (200, 207 or 503, as for weights; quotas have no cap).
+type QuotaWriteResult struct {
+	Queue    string `json:"queue"`
+	QuotaKey string `json:"quota_key"`
+	// The settings written (all null for a clear).
+	Quota
+	Shards     []ShardOutcome `json:"shards"`
+	Message    string         `json:"message"`
+	PublishErr error          `json:"-"`
+}
+
+// Status is 200, 207 or 503 by the rules of WriteResult.Status.
+func (r QuotaWriteResult) Status() int { return writeStatus(r.Shards) }
+
+// SetQuota replaces the quota of (queue, quotaKey) on every shard. The
+// error is non-nil only for invalid arguments (an *api.Error naming the
+// field), in which case no shard was written.
+func SetQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey string, q Quota, opts ...Option) (QuotaWriteResult, error) {
+	if err := validateQuotaWrite(actor, queue, quotaKey); err != nil {
+		return QuotaWriteResult{}, err
+	}
+	if err := q.Validate(); err != nil {
+		return QuotaWriteResult{}, err
+	}
+	if err := checkShards(shards); err != nil {
+		return QuotaWriteResult{}, err
+	}
+	o := collect(opts)
+	res := call(ctx, shards, o, func(ctx context.Context, db DB) (QuotaChange, error) {
+		return SetQuotaOne(ctx, db, actor, queue, quotaKey, q)
+	})
+	out := QuotaWriteResult{Queue: queue, QuotaKey: quotaKey, Quota: q}
+	for _, r := range res {
+		out.Shards = append(out.Shards, outcomeOf(r.shard, r.err))
+	}
+	out.Message = writeMessage("set", out.Shards)
+	out.PublishErr = o.publish(ctx, out.Shards, queue, quotaKey, "quota")
+	return out, nil
+}
+
+// ClearQuota removes the quota of (queue, quotaKey) on every shard.
+func ClearQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey string, opts ...Option) (QuotaWriteResult, error) {
+	if err := validateQuotaWrite(actor, queue, quotaKey); err != nil {
+		return QuotaWriteResult{}, err
+	}
+	if err := checkShards(shards); err != nil {
+		return QuotaWriteResult{}, err
+	}
+	o := collect(opts)
+	res := call(ctx, shards, o, func(ctx context.Context, db DB) (QuotaChange, error) {
+		return ClearQuotaOne(ctx, db, actor, queue, quotaKey)
+	})
+	out := QuotaWriteResult{Queue: queue, QuotaKey: quotaKey}
+	for _, r := range res {
+		out.Shards = append(out.Shards, outcomeOf(r.shard, r.err))
+	}
+	out.Message = writeMessage("cleared", out.Shards)
+	out.PublishErr = o.publish(ctx, out.Shards, queue, quotaKey, "quota")
+	return out, nil
+}
+
+// ShardQuotas is one shard's detail in a quota read that is not uniform
+// or not complete.
+type ShardQuotas struct {
+	Shard   int          `json:"shard"`
+	Outcome string       `json:"outcome"`
+	Message string       `json:"message,omitempty"`
+	Quotas  []QuotaEntry `json:"quotas"`
+}
+
+// QuotaReadResult is the answer to GET /v1/queues/{queue}/quotas/{key}
+// (one quota key) and of the CLI's listing of a queue's quotas.
+type QuotaReadResult struct {
+	Queue string `json:"queue"`
+	// Quotas are the quotas on which every answering shard agrees; a quota
+	// key without an entry has no limits.
+	Quotas            []QuotaEntry `json:"quotas"`
+	QuotasUniform     bool         `json:"quotas_uniform"`
+	UnavailableShards []int        `json:"unavailable_shards"`
+	// Shards is present when the shards disagree or some did not answer;
+	// each lists the quotas in dispute as that shard holds them.
+	Shards  []ShardQuotas `json:"shards,omitempty"`
+	Message string        `json:"message,omitempty"`
+}
+
+// Status is 200 when at least one shard answered, else 503.
+func (r QuotaReadResult) Status() int {
+	if len(r.UnavailableShards) == len(r.Shards) && len(r.Shards) > 0 {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusOK
+}
+
+// GetQuota reads the quotas of queue (of quotaKey alone when it is not
+// empty) from every shard and compares them.
+func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts ...Option) (QuotaReadResult, error) {
+	if err := ValidateQueue(queue); err != nil {
+		return QuotaReadResult{}, err
+	}
+	if quotaKey != "" {
+		if err := ValidateQuotaKey(quotaKey); err != nil {
+			return QuotaReadResult{}, err
+		}
+	}
+	if err := checkShards(shards); err != nil {
+		return QuotaReadResult{}, err
+	}
+	o := collect(opts)
+	res := call(ctx, shards, o, func(ctx context.Context, db DB) ([]QuotaEntry, error) {
+		return ListQuotas(ctx, db, queue, quotaKey)
+	})
+	out := QuotaReadResult{Queue: queue, Quotas: []QuotaEntry{}, QuotasUniform: true, UnavailableShards: []int{}}
+	per := map[string]map[int]QuotaEntry{}
+	var answered []int
+	detail := make([]ShardQuotas, len(res))
+	for i, r := range res {
+		so := outcomeOf(r.shard, r.err)
+		detail[i] = ShardQuotas{Shard: r.shard, Outcome: so.Outcome, Message: so.Message, Quotas: []QuotaEntry{}}
+		if r.err != nil {
+			out.UnavailableShards = append(out.UnavailableShards, r.shard)
+			continue
+		}
+		answered = append(answered, i)
+		for _, e := range r.v {
+			if per[e.QuotaKey] == nil {
+				per[e.QuotaKey] = map[int]QuotaEntry{}
+			}
+			per[e.QuotaKey][i] = e
+		}
+	}
+	keys := make([]string, 0, len(per))
+	for k := range per {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		es := per[k]
+		var first QuotaEntry
+		agree := len(es) == len(answered)
+		for j, i := range answered {
+			e, ok := es[i]
+			if j == 0 {
+				first = e
+			}
+			if !ok || !e.Quota.equal(first.Quota) {
+				agree = false
+			}
+		}
+		if agree {
+			out.Quotas = append(out.Quotas, first)
+			continue
+		}
+		out.QuotasUniform = false
+		for _, i := range answered {
+			e, ok := es[i]
+			if !ok {
+				e = QuotaEntry{QuotaKey: k} // no quota on this shard: all null
+			}
+			detail[i].Quotas = append(detail[i].Quotas, e)
+		}
+	}
+	if !out.QuotasUniform || len(out.UnavailableShards) > 0 {
+		out.Shards = detail
+	}
+	switch {
+	case len(answered) == 0:
+		out.Message = "no shard answered"
+	case !out.QuotasUniform:
+		out.Message = "the shards disagree; quotas lists what they agree on, shards shows the rest: set or clear those quotas again"
+	case len(out.UnavailableShards) > 0:
+		out.Message = fmt.Sprintf("shard %s did not answer; the other shards agree", joinInts(out.UnavailableShards))
+	}
+	return out, nil
+}
+
+// ShardKeys is one shard's part of the per-key view.
+type ShardKeys struct {
+	Shard   int    `json:"shard"`
+	Outcome string `json:"outcome"`
+	Message string `json:"message,omitempty"`
+	ShardKeyList
+}
+
+// KeysResult is the answer to GET /v1/queues/{queue}/keys.
+type KeysResult struct {
+	Queue             string      `json:"queue"`
+	Shards            []ShardKeys `json:"shards"`
+	UnavailableShards []int       `json:"unavailable_shards"`
+}
+
+// Status is 200 when at least one shard answered, else 503.
+func (r KeysResult) Status() int {
+	if len(r.UnavailableShards) == len(r.Shards) {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusOK
+}
+
+// Keys lists, per shard, the keys of queue with their weight, pass, lag,
+// pending tasks and claims in the last minute (at most limit keys per
+// shard; DefaultKeyLimit when limit <= 0). Lags compare only within one
+// shard: each shard has its own queue clock.
+func Keys(ctx context.Context, shards []Shard, queue string, limit int, opts ...Option) (KeysResult, error) {
+	if err := ValidateQueue(queue); err != nil {
+		return KeysResult{}, err
+	}
+	if limit > MaxKeyLimit {
+		return KeysResult{}, ValidateLimit(limit)
+	}
+	if err := checkShards(shards); err != nil {
+		return KeysResult{}, err
+	}
+	o := collect(opts)
+	res := call(ctx, shards, o, func(ctx context.Context, db DB) (ShardKeyList, error) {
+		return KeysOne(ctx, db, queue, limit)
+	})
+	out := KeysResult{Queue: queue, Shards: []ShardKeys{}, UnavailableShards: []int{}}
+	for _, r := range res {
+		so := outcomeOf(r.shard, r.err)
+		sk := ShardKeys{Shard: r.shard, Outcome: so.Outcome, Message: so.Message, ShardKeyList: r.v}
+		if r.err != nil {
+			sk.Keys = []KeyView{}
+			out.UnavailableShards = append(out.UnavailableShards, r.shard)
+		}
+		out.Shards = append(out.Shards, sk)
+	}
+	return out, nil
+}
