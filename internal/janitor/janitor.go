@@ -1,0 +1,181 @@
+package janitor
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harvest-run/harvest/pkg/claim"
+)
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+func mustSQL(name string) string {
+	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic(fmt.Sprintf("janitor: missing embedded query %s: %v", name, err))
+	}
+	return string(b)
+}
+
+var (
+	sqlTryLock          = mustSQL("JanitorTryLock")
+	sqlRunningLock      = mustSQL("TenantRunningLock")
+	sqlRunningRecount   = mustSQL("TenantRunningRecount")
+	sqlRunDeleteFinal   = mustSQL("RunDeleteFinished")
+	sqlBucketDeleteIdle = mustSQL("RateBucketDeleteIdle")
+)
+
+// Batch sizes of one tick; what is left waits for the next tick.
+const (
+	rescueBatch  = 1000
+	promoteBatch = 10000
+	deleteBatch  = 5000
+)
+
+// Settings are the janitor's knobs. The envconfig tags read them from
+// HARVEST_RETENTION, HARVEST_RATE_BUCKET_GC and
+// HARVEST_RATE_BUCKET_IDLE_WINDOW when the struct is embedded in a
+// binary's configuration.
+type Settings struct {
+	Retention        time.Duration `envconfig:"RETENTION" default:"168h" desc:"delete finished runs and their tasks this long after they finished"`
+	BucketGC         bool          `envconfig:"RATE_BUCKET_GC" default:"true" desc:"drop idle rate-limit buckets on each janitor tick; idle fairness state is pruned only while this is on"`
+	BucketIdleWindow time.Duration `envconfig:"RATE_BUCKET_IDLE_WINDOW" default:"1h" desc:"a rate bucket or fairness key untouched this long counts as idle"`
+}
+
+// DefaultSettings returns the defaults of the Settings fields.
+func DefaultSettings() Settings {
+	return Settings{Retention: 7 * 24 * time.Hour, BucketGC: true, BucketIdleWindow: time.Hour}
+}
+
+// Validate names the variable of a bad setting.
+func (s Settings) Validate() error {
+	if s.Retention <= 0 {
+		return fmt.Errorf("HARVEST_RETENTION: %s must be positive", s.Retention)
+	}
+	if s.BucketGC && s.BucketIdleWindow <= 0 {
+		return fmt.Errorf("HARVEST_RATE_BUCKET_IDLE_WINDOW: %s must be positive", s.BucketIdleWindow)
+	}
+	return nil
+}
+
+// DB is what the janitor needs of a shard: a *pgxpool.Pool qualifies.
+type DB interface {
+	claim.DB
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Report counts what one tick did.
+type Report struct {
+	Requeued       int  // expired leases put back as pending
+	FailedRuns     int  // runs failed because an expired lease used their last attempt
+	Promoted       int  // scheduled tasks made claimable
+	Exclusive      bool // this janitor held the lock for the jobs below
+	Recounted      int  // tenants whose running count was wrong and was fixed
+	DeletedRuns    int  // finished runs deleted past the retention period
+	DeletedBuckets int  // idle rate buckets dropped
+	PrunedKeys     int  // idle fairness state rows pruned
+}
+
+// Tick runs every job once.
+func Tick(ctx context.Context, db DB, s Settings) (Report, error) {
+	var rep Report
+	resc, err := claim.RescueExpired(ctx, db, rescueBatch)
+	if err != nil {
+		return rep, fmt.Errorf("janitor: %w", err)
+	}
+	rep.Requeued, rep.FailedRuns = resc.Requeued, resc.Failed
+	if rep.Promoted, err = claim.PromoteDue(ctx, db, "", time.Time{}, promoteBatch); err != nil {
+		return rep, fmt.Errorf("janitor: %w", err)
+	}
+	if err := exclusive(ctx, db, s, &rep); err != nil {
+		return rep, fmt.Errorf("janitor: %w", err)
+	}
+	return rep, nil
+}
+
+// exclusive runs the jobs that one janitor per tick is enough for.
+func exclusive(ctx context.Context, db DB, s Settings, rep *Report) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
+	if err := tx.QueryRow(ctx, sqlTryLock).Scan(&rep.Exclusive); err != nil {
+		return fmt.Errorf("advisory lock: %w", err)
+	}
+	if !rep.Exclusive {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, sqlRunningLock); err != nil {
+		return fmt.Errorf("lock running counts: %w", err)
+	}
+	rows, err := tx.Query(ctx, sqlRunningRecount)
+	if err != nil {
+		return fmt.Errorf("recount running: %w", err)
+	}
+	fixed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("recount running: %w", err)
+	}
+	rep.Recounted = len(fixed)
+	if err := tx.QueryRow(ctx, sqlRunDeleteFinal, s.Retention.Microseconds(), deleteBatch).Scan(&rep.DeletedRuns); err != nil {
+		return fmt.Errorf("delete finished runs: %w", err)
+	}
+	if s.BucketGC {
+		if err := tx.QueryRow(ctx, sqlBucketDeleteIdle, s.BucketIdleWindow.Microseconds()).Scan(&rep.DeletedBuckets); err != nil {
+			return fmt.Errorf("delete idle rate buckets: %w", err)
+		}
+		// The prune's "now" is passed explicitly: the database clock.
+		var now time.Time
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+			return fmt.Errorf("read the database clock: %w", err)
+		}
+		pruned, err := claim.PruneFairState(ctx, tx, now, s.BucketIdleWindow, false)
+		if err != nil {
+			return err
+		}
+		rep.PrunedKeys = len(pruned)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// Run ticks every interval until ctx ends. A failed tick is logged and the
+// next one tries again. onTick, when set, sees every tick's report (a test
+// hook).
+func Run(ctx context.Context, db DB, s Settings, interval time.Duration, log *slog.Logger, onTick func(Report, error)) {
+	if log == nil {
+		log = slog.Default()
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		rep, err := Tick(ctx, db, s)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			log.Warn("janitor tick failed", "err", err)
+		case rep.Requeued+rep.FailedRuns > 0:
+			log.Info("janitor rescued expired leases", "requeued", rep.Requeued, "failed_runs", rep.FailedRuns)
+		}
+		if rep.Recounted > 0 {
+			log.Warn("janitor fixed running counts", "tenants", rep.Recounted)
+		}
+		if onTick != nil && !errors.Is(err, context.Canceled) {
+			onTick(rep, err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,222 @@
+package janitor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/internal/janitor"
+	"github.com/harvest-run/harvest/internal/testsvc"
+	"github.com/harvest-run/harvest/pkg/claim"
+)
+
+func TestMain(m *testing.M) { testsvc.Main(m) }
+
+type bundle struct {
+	t   testing.TB
+	ctx context.Context
+	db  *pgxpool.Pool
+}
+
+func setup(t testing.TB) *bundle {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return &bundle{t: t, ctx: ctx, db: testsvc.NewDB(t)}
+}
+
+// taskOpts describes a run with one task, made by the factory.
+type taskOpts struct {
+	Tenant      string // default "acme"
+	MaxAttempts int    // default 3
+}
+
+// task makes a run and its first task and counts the run for its tenant,
+// as a start does; it returns the run's pk and the task's id.
+func (b *bundle) task(o taskOpts) (int64, int64) {
+	b.t.Helper()
+	if o.Tenant == "" {
+		o.Tenant = "acme"
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 3
+	}
+	var pk int64
+	require.NoError(b.t, b.db.QueryRow(b.ctx, `
+		WITH r AS (
+			INSERT INTO runs (tenant, id, name, queue, request_hash, max_attempts)
+			VALUES ($1, gen_random_uuid()::text, 'wf', 'q', '\x00', $2) RETURNING pk, tenant
+		), c AS (
+			INSERT INTO tenant_running (tenant, running) SELECT tenant, 1 FROM r
+			ON CONFLICT (tenant) DO UPDATE SET running = tenant_running.running + 1
+		)
+		SELECT pk FROM r`, o.Tenant, o.MaxAttempts).Scan(&pk))
+	id, err := claim.Enqueue(b.ctx, b.db, claim.NewTask{RunPK: pk, Queue: "q"})
+	require.NoError(b.t, err)
+	return pk, id
+}
+
+func (b *bundle) scalar(sql string, args ...any) int {
+	b.t.Helper()
+	var n int
+	require.NoError(b.t, b.db.QueryRow(b.ctx, sql, args...).Scan(&n))
+	return n
+}
+
+func TestRescuesExpiredLeasesByTheDatabaseClock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, live := b.task(taskOpts{})
+	_, lost := b.task(taskOpts{})
+	_, last := b.task(taskOpts{MaxAttempts: 1})
+	for range 3 {
+		res, err := claim.Claim(b.ctx, b.db, claim.Request{Queue: "q", Worker: "w", Lease: time.Hour})
+		require.NoError(t, err)
+		require.True(t, res.OK)
+	}
+	_, err := b.db.Exec(b.ctx, `UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = ANY($1)`, []int64{lost, last})
+	require.NoError(t, err)
+
+	rep, err := janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Requeued)
+	require.Equal(t, 1, rep.FailedRuns)
+	require.True(t, rep.Exclusive)
+	require.Equal(t, "running", b.state(live))
+	require.Equal(t, "pending", b.state(lost))
+	require.Equal(t, "done", b.state(last))
+	require.Equal(t, 2, b.scalar(`SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+}
+
+func (b *bundle) state(id int64) string {
+	b.t.Helper()
+	var s string
+	require.NoError(b.t, b.db.QueryRow(b.ctx, `SELECT state FROM tasks WHERE id = $1`, id).Scan(&s))
+	return s
+}
+
+func TestPromotesDueTasks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pk, _ := b.task(taskOpts{})
+	_, err := claim.Enqueue(b.ctx, b.db, claim.NewTask{RunPK: pk, Queue: "q", DueAt: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	_, err = b.db.Exec(b.ctx, `UPDATE tasks SET due_at = now() - interval '1 second' WHERE state = 'scheduled'`)
+	require.NoError(t, err)
+	rep, err := janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Promoted)
+	require.Zero(t, b.scalar(`SELECT count(*) FROM tasks WHERE state = 'scheduled'`))
+}
+
+func TestRecountHealsRunningCounts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.task(taskOpts{Tenant: "a"})
+	b.task(taskOpts{Tenant: "a"})
+	b.task(taskOpts{Tenant: "b"})
+	// A crash of some earlier release left the counts wrong.
+	_, err := b.db.Exec(b.ctx, `UPDATE tenant_running SET running = CASE tenant WHEN 'a' THEN 7 ELSE 0 END`)
+	require.NoError(t, err)
+	rep, err := janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.Recounted)
+	require.Equal(t, 2, b.scalar(`SELECT running FROM tenant_running WHERE tenant = 'a'`))
+	require.Equal(t, 1, b.scalar(`SELECT running FROM tenant_running WHERE tenant = 'b'`))
+
+	rep, err = janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.Zero(t, rep.Recounted, "right counts are left alone")
+}
+
+func TestDeletesFinishedRunsPastRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old, _ := b.task(taskOpts{})
+	recent, _ := b.task(taskOpts{})
+	open, _ := b.task(taskOpts{})
+	_, err := b.db.Exec(b.ctx, `SELECT harvest_run_finish(pk, 'completed', NULL, NULL) FROM runs WHERE pk = ANY($1)`, []int64{old, recent})
+	require.NoError(t, err)
+	_, err = b.db.Exec(b.ctx, `UPDATE tasks SET state = 'done' WHERE run_pk = ANY($1)`, []int64{old, recent})
+	require.NoError(t, err)
+	_, err = b.db.Exec(b.ctx, `UPDATE runs SET finished_at = now() - interval '8 days' WHERE pk = $1`, old)
+	require.NoError(t, err)
+
+	rep, err := janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.DeletedRuns)
+	require.Zero(t, b.scalar(`SELECT count(*) FROM runs WHERE pk = $1`, old))
+	require.Zero(t, b.scalar(`SELECT count(*) FROM tasks WHERE run_pk = $1`, old), "tasks go with their run")
+	require.Equal(t, 2, b.scalar(`SELECT count(*) FROM runs WHERE pk = ANY($1)`, []int64{recent, open}))
+}
+
+func TestBucketGCGatesTheFairnessPrune(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// Two keys charged long ago, an idle bucket that has refilled and one
+	// whose quota is gone.
+	_, err := b.db.Exec(b.ctx, `
+		INSERT INTO fair_state (queue, key, pass, last_start, charged_at, in_debt) VALUES
+			('q', 'idle', 1, 0, now() - interval '2 hours', false),
+			('q', 'clock', 6, 5, now() - interval '2 hours', true);
+		INSERT INTO quotas (queue, quota_key, rate, burst) VALUES ('q', 'qk', 1, 5);
+		INSERT INTO rate_buckets (queue, quota_key, tokens, updated_at) VALUES
+			('q', 'qk', 0, now() - interval '2 hours'),
+			('q', 'gone', 0, now() - interval '2 hours');`)
+	require.NoError(t, err)
+
+	off := janitor.DefaultSettings()
+	off.BucketGC = false
+	rep, err := janitor.Tick(b.ctx, b.db, off)
+	require.NoError(t, err)
+	require.Zero(t, rep.PrunedKeys)
+	require.Zero(t, rep.DeletedBuckets)
+	require.Equal(t, 2, b.scalar(`SELECT count(*) FROM fair_state`))
+
+	on := janitor.DefaultSettings()
+	on.BucketIdleWindow = 3 * time.Hour
+	rep, err = janitor.Tick(b.ctx, b.db, on)
+	require.NoError(t, err)
+	require.Zero(t, rep.PrunedKeys, "inside the idle window nothing is idle")
+	require.Zero(t, rep.DeletedBuckets)
+
+	on.BucketIdleWindow = time.Hour
+	rep, err = janitor.Tick(b.ctx, b.db, on)
+	require.NoError(t, err)
+	// The queue has no pending task and no recent charge: an idle queue
+	// loses all its state, the clock row included.
+	require.Equal(t, 2, rep.PrunedKeys)
+	require.Equal(t, 2, rep.DeletedBuckets)
+	require.Zero(t, b.scalar(`SELECT count(*) FROM fair_state`))
+}
+
+func TestOnlyOneJanitorDoesTheExclusiveJobsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tx, err := b.db.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck
+	var got bool
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_try_advisory_xact_lock(hashtext('harvest.janitor'))`).Scan(&got))
+	require.True(t, got)
+
+	rep, err := janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.False(t, rep.Exclusive)
+}
+
+func TestSettingsValidate(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, janitor.DefaultSettings().Validate())
+	s := janitor.DefaultSettings()
+	s.Retention = 0
+	require.ErrorContains(t, s.Validate(), "HARVEST_RETENTION")
+	s = janitor.DefaultSettings()
+	s.BucketIdleWindow = -time.Second
+	require.ErrorContains(t, s.Validate(), "HARVEST_RATE_BUCKET_IDLE_WINDOW")
+	s.BucketGC = false
+	require.NoError(t, s.Validate(), "the window only matters while the GC is on")
+}

@@ -1,0 +1,204 @@
+package workerbin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/kelseyhightower/envconfig"
+	"github.com/nats-io/nats.go"
+
+	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/internal/schema"
+	"github.com/harvest-run/harvest/internal/telemetry"
+	"github.com/harvest-run/harvest/pkg/dispatch"
+	"github.com/harvest-run/harvest/pkg/worker"
+)
+
+// Config is the stock worker's configuration: the runtime's, plus the
+// bridge's reply timeout.
+type Config struct {
+	worker.Config
+	HandleTimeout time.Duration `envconfig:"WORKER_HANDLE_TIMEOUT" default:"5m" desc:"how long the NATS bridge waits for a service's reply (a run's timeout, when shorter, wins)"`
+}
+
+// Validate checks the configuration and names the variable at fault.
+func (c Config) Validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
+	if c.HandleTimeout <= 0 {
+		return fmt.Errorf("HARVEST_WORKER_HANDLE_TIMEOUT: %s must be positive", c.HandleTimeout)
+	}
+	return nil
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// Usage writes the help text: what the worker does and every variable it
+// reads, with its default.
+func Usage(w io.Writer) {
+	fmt.Fprint(w, `worker: claims and runs the tasks of one Harvest shard.
+
+It serves the queues in HARVEST_WORKER_QUEUES on shard HARVEST_WORKER_SHARD,
+runs the demo workflows echo, sleep, fail and steps itself, and asks services
+over NATS (harvest.handle.<workflow>) for every other workflow. SIGTERM or
+SIGINT stops it gracefully. OTEL_* variables configure trace export.
+
+Environment:
+`)
+	tw := tabwriter.NewWriter(w, 1, 0, 2, ' ', 0)
+	_ = envconfig.Usagef(config.Prefix, &Config{}, tw, envconfig.DefaultTableFormat)
+	_ = tw.Flush()
+}
+
+// Main runs the worker with the process arguments (without the program
+// name) and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "-h", "-help", "--help", "help":
+			Usage(stdout)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "worker: unexpected argument %q: the worker is configured by the environment\n\n", args[0])
+		Usage(stderr)
+		return exitUsage
+	}
+	var cfg Config
+	if err := config.Load(&cfg); err != nil {
+		fmt.Fprintln(stderr, "worker:", err)
+		return exitUsage
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "worker:", err)
+		return exitUsage
+	}
+	if cfg.ID == "" {
+		cfg.ID = worker.DefaultID()
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("worker failed", "err", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	shutdownTelemetry, err := telemetry.Setup(ctx, "harvest-worker")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTelemetry(sctx)
+	}()
+
+	pool, err := connect(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	if cfg.MetricsAddr != "" {
+		srv, err := serveMetrics(cfg.MetricsAddr, log)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+
+	nc, err := nats.Connect(cfg.NATSURL,
+		nats.Name("harvest-worker "+cfg.ID),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("NATS disconnected: polling until it is back", "err", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted())
+		}),
+	)
+	if err != nil {
+		return fmt.Errorf("HARVEST_NATS_URL: %w", err)
+	}
+	defer nc.Close()
+
+	subj := dispatch.Subjects{}
+	w, err := worker.New(pool, cfg.Config, worker.Options{
+		NATS: nc, Subjects: subj, Logger: log,
+		Fallback: Bridge{NC: nc, Subjects: subj, Timeout: cfg.HandleTimeout},
+	})
+	if err != nil {
+		return err
+	}
+	RegisterDemo(w)
+	return w.Run(ctx)
+}
+
+// connect opens the pool of the served shard and applies the schema
+// migrations it lacks (under the migrations' advisory lock).
+func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
+	url := cfg.Shards[cfg.Shard]
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("HARVEST_SHARDS: shard %d: %w", cfg.Shard, err)
+	}
+	pcfg.ConnConfig.Tracer = otelpgx.NewTracer()
+	// One connection per claim loop (each also heartbeats), plus the
+	// janitor and some slack.
+	pcfg.MaxConns = max(pcfg.MaxConns, int32(2*cfg.MaxConcurrentClaims+2))
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("shard %d (%s): %w", cfg.Shard, config.Redact(url), err)
+	}
+	mctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := schema.Migrate(mctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("shard %d (%s): migrate: %w", cfg.Shard, config.Redact(url), err)
+	}
+	return pool, nil
+}
+
+func serveMetrics(addr string, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("HARVEST_WORKER_METRICS_ADDR: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", telemetry.MetricsHandler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", "err", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return srv, nil
+}

@@ -1,0 +1,55 @@
+// Package worker is the Harvest worker runtime: it claims the tasks of one
+// shard and runs them with handlers registered per workflow name. The stock
+// binary (cmd/worker) is built on it, and a Go service can embed it to run
+// its own workflows in-process:
+//
+//	w, err := worker.New(pool, cfg, worker.Options{NATS: nc})
+//	w.HandleFunc("resize", func(ctx context.Context, t worker.Task) (worker.Result, error) {
+//		out, err := resize(ctx, t.Input)
+//		if err != nil {
+//			return worker.Result{}, err // retried with backoff
+//		}
+//		return worker.Complete(out), nil
+//	})
+//	err = w.Run(ctx) // until ctx ends, then a graceful stop
+//
+// # Claiming
+//
+// A worker runs Config.MaxConcurrentClaims claim loops. Each loop claims one
+// task, runs it to the end and claims again; so n loops run at most n tasks
+// at once, and at most n claims of one worker can be in flight together
+// (the C of the fairness guarantees). Over several queues a loop tries one
+// queue at a time, in a random order weighted by the queue weights; with
+// Config.FairnessKeys each claim serves the keys of the queue in weighted
+// round robin (pkg/claim).
+//
+// A loop that found nothing waits for whichever comes first: a wake-up on
+// harvest.wake.<shard>.<queue>, a dispatch on harvest.dispatch.<shard>.<queue>
+// (a queue-group subscription, so one worker gets each), or the poll timer
+// (Config.PollInterval plus up to 20% jitter). NATS only shortens the wait;
+// with NATS down the worker keeps working by polling. A dispatch names one
+// row: the loop claims that row by id only when it is the queue's only due
+// work, and otherwise claims as usual, so a dispatch never lets a key in
+// debt pass a key without debt.
+//
+// # Running
+//
+// The handler's context ends when the lease is lost, the run is cancelled,
+// the run's timeout passes, or the stop's grace period is over; the cause
+// (context.Cause) is one of ErrLeaseLost, ErrRunCancelled,
+// ErrAttemptTimeout, ErrShutdown. While it runs, a heartbeat extends the
+// lease every Config.HeartbeatInterval; the heartbeat also reads the run's
+// status, which is how a cancel reaches a running handler. Every outcome is
+// written with the lease token, so a worker that lost its lease (it was
+// paused past the lease and the task was rescued) cannot overwrite the
+// attempt that replaced it. When a run reaches a final state the worker
+// publishes the run resource on harvest.runs.<tenant>.<run_id> after the
+// commit.
+//
+// # Stopping
+//
+// When Run's context ends the worker stops claiming, lets running handlers
+// finish within Config.ShutdownGrace, then cancels them and hands their
+// tasks back as pending without counting the attempt. Nothing it claimed is
+// left running.
+package worker

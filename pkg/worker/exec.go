@@ -1,0 +1,413 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/sourcegraph/conc"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/harvest-run/harvest/internal/runstore"
+	"github.com/harvest-run/harvest/internal/telemetry"
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/dispatch"
+)
+
+// claimed is a task this worker holds the lease of, with what it read of
+// its run.
+type claimed struct {
+	task    Task
+	token   [16]byte
+	status  api.Status
+	timeout time.Duration
+	links   []trace.Link // the run's start span and the claim span
+}
+
+// claim takes one task: the named row when id > 0 (a dispatch), otherwise
+// the best task of the worker's queues, one queue at a time in a random
+// order weighted by the queue weights (lags of two queues do not compare).
+// It never claims once ctx has ended, and a claim under way is not cut
+// short by ctx, so a stop signal cannot strand a leased row.
+func (w *Worker) claim(ctx context.Context, rng *rand.Rand, id int64, queue string) (*claimed, bool) {
+	if ctx.Err() != nil {
+		return nil, false
+	}
+	dbctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbTimeout)
+	defer cancel()
+	queues := []string{queue}
+	if id == 0 {
+		queues = claim.QueueOrder(w.queues, rng)
+	}
+	for _, q := range queues {
+		c, ok, err := w.claimOne(dbctx, q, id)
+		if err != nil {
+			w.log.Warn("claim failed", "queue", q, "err", err)
+			return nil, false
+		}
+		if ok {
+			return c, true
+		}
+	}
+	return nil, false
+}
+
+// claimOne is one claim statement on one queue, with its span and metrics.
+func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed, bool, error) {
+	ctx, span := w.inst.tracer.Start(ctx, "harvest.claim", trace.WithAttributes(
+		attribute.String("harvest.queue", queue),
+		attribute.Int("harvest.shard", w.cfg.Shard),
+		attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
+		attribute.Bool("harvest.dispatch", id > 0),
+	))
+	defer span.End()
+	req := claim.Request{Queue: queue, Worker: w.cfg.ID, Fair: w.cfg.FairnessKeys,
+		AgingSecs: w.cfg.PriorityAgingSecs, Lease: w.cfg.Lease}
+	start := time.Now()
+	var (
+		res claim.Result
+		err error
+	)
+	if id > 0 {
+		res, err = claim.ClaimByID(ctx, w.db, id, req)
+	} else {
+		res, err = claim.Claim(ctx, w.db, req)
+	}
+	outcome := res.Empty
+	switch {
+	case err != nil:
+		outcome = "error"
+	case res.OK:
+		outcome = "ok"
+	}
+	labels := metric.WithAttributes(attribute.String("queue", queue), attribute.Bool("fair", w.cfg.FairnessKeys))
+	w.inst.claimLatency.Record(ctx, time.Since(start).Seconds(), labels)
+	w.inst.claims.Add(ctx, 1, labels, metric.WithAttributes(attribute.String("outcome", outcome)))
+	tried := len(res.Refused)
+	if res.OK {
+		tried++
+	}
+	span.SetAttributes(attribute.String("harvest.claim.outcome", outcome),
+		attribute.Int("harvest.claim.rows_tried", tried))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "claim failed")
+		return nil, false, err
+	}
+	if !res.OK {
+		return nil, false, nil
+	}
+	ct := res.Task
+	span.SetAttributes(attribute.String("harvest.fairness_key", ct.Key),
+		attribute.Float64("harvest.claim.lag", res.Lag),
+		attribute.Int64("harvest.task_id", ct.ID),
+		attribute.Int("harvest.attempt", ct.Attempt))
+	c := &claimed{token: ct.LeaseToken, task: Task{
+		ID: ct.ID, Queue: ct.Queue, Shard: w.cfg.Shard, Key: ct.Key, QuotaKey: ct.QuotaKey,
+		Priority: ct.Priority, Step: ct.Step, Attempt: ct.Attempt, Input: ct.Input,
+	}}
+	if sc := telemetry.SpanContextFromJSON(ct.TraceContext); sc.IsValid() {
+		link := trace.Link{SpanContext: sc}
+		span.AddLink(link)
+		c.links = append(c.links, link)
+	}
+	c.links = append(c.links, trace.Link{SpanContext: span.SpanContext()})
+
+	var (
+		status    string
+		timeoutMS *int64
+	)
+	err = w.db.QueryRow(ctx, sqlRunOfTask, ct.RunPK).Scan(&c.task.Tenant, &c.task.RunID, &c.task.Workflow,
+		&status, &c.task.MaxAttempts, &timeoutMS)
+	if err != nil {
+		err = fmt.Errorf("read the run of task %d: %w", ct.ID, err)
+		span.RecordError(err)
+		w.release(ctx, c)
+		return nil, false, err
+	}
+	c.status = api.Status(status)
+	if timeoutMS != nil {
+		c.timeout = time.Duration(*timeoutMS) * time.Millisecond
+	}
+	span.SetAttributes(attribute.String("harvest.run_id", c.task.RunID), attribute.String("harvest.tenant", c.task.Tenant))
+	return c, true, nil
+}
+
+// run executes one claimed task and records its outcome.
+func (w *Worker) run(c *claimed) {
+	t := &c.task
+	if w.hooks.Claimed != nil {
+		w.hooks.Claimed(*t)
+	}
+	if c.status.Final() {
+		// Cancelled before it ran: retire the task; the run stays as it is.
+		outcome, err := w.retire(c)
+		w.finished(c, outcome, err)
+		return
+	}
+	h, ok := w.handlers[t.Workflow]
+	if !ok {
+		h = w.fallback
+	}
+
+	ctx, cancel := context.WithCancelCause(w.execCtx)
+	defer cancel(nil)
+	if c.timeout > 0 {
+		t.Deadline = time.Now().Add(c.timeout)
+		var cancelT context.CancelFunc
+		ctx, cancelT = context.WithDeadlineCause(ctx, t.Deadline, ErrAttemptTimeout)
+		defer cancelT()
+	}
+	ctx, span := w.inst.tracer.Start(ctx, "harvest.execute", trace.WithLinks(c.links...), trace.WithAttributes(
+		attribute.String("harvest.workflow", t.Workflow),
+		attribute.String("harvest.queue", t.Queue),
+		attribute.Int("harvest.shard", t.Shard),
+		attribute.String("harvest.run_id", t.RunID),
+		attribute.String("harvest.tenant", t.Tenant),
+		attribute.Int64("harvest.task_id", t.ID),
+		attribute.Int("harvest.step", t.Step),
+		attribute.Int("harvest.attempt", t.Attempt),
+	))
+	defer span.End()
+
+	queueLabel := metric.WithAttributes(attribute.String("queue", t.Queue))
+	w.inst.running.Add(ctx, 1, queueLabel)
+	stop := make(chan struct{})
+	var hb conc.WaitGroup
+	hb.Go(func() { w.heartbeat(c, cancel, stop) })
+	start := time.Now()
+	res, herr, abandoned := w.callHandler(ctx, h, *t)
+	w.inst.taskDuration.Record(ctx, time.Since(start).Seconds(), queueLabel)
+	close(stop)
+	hb.Wait()
+	w.inst.running.Add(ctx, -1, queueLabel)
+
+	cause := context.Cause(ctx)
+	if abandoned {
+		cause = ErrShutdown
+	}
+	outcome, err := w.record(ctx, c, res, herr, cause)
+	w.inst.tasks.Add(ctx, 1, queueLabel, metric.WithAttributes(attribute.String("outcome", string(outcome))))
+	span.SetAttributes(attribute.String("harvest.outcome", string(outcome)))
+	if herr != nil {
+		span.RecordError(herr)
+	}
+	if err != nil || outcome == OutcomeFailed || outcome == OutcomeRetried {
+		span.SetStatus(codes.Error, string(outcome))
+	}
+	w.finished(c, outcome, err)
+}
+
+func (w *Worker) finished(c *claimed, outcome Outcome, err error) {
+	if err != nil {
+		w.log.Warn("task outcome not recorded", "task", c.task.ID, "run", c.task.RunID, "outcome", outcome, "err", err)
+	}
+	if w.hooks.Finished != nil {
+		w.hooks.Finished(c.task, outcome, err)
+	}
+}
+
+// callHandler runs the handler, turning a panic into an error. The handler
+// runs on a goroutine of its own so that a stopping worker can hand its
+// task back even when the handler ignores its context (abandoned).
+func (w *Worker) callHandler(ctx context.Context, h Handler, t Task) (res Result, err error, abandoned bool) {
+	if h == nil {
+		return Result{}, fmt.Errorf("worker %s has no handler for workflow %q", w.cfg.ID, t.Workflow), false
+	}
+	type out struct {
+		res Result
+		err error
+	}
+	ch := make(chan out, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				w.log.Error("handler panicked", "workflow", t.Workflow, "task", t.ID, "panic", r, "stack", string(debug.Stack()))
+				ch <- out{err: fmt.Errorf("handler panicked: %v", r)}
+			}
+		}()
+		r, e := h.Handle(ctx, t)
+		ch <- out{r, e}
+	}()
+	select {
+	case o := <-ch:
+		return o.res, o.err, false
+	case <-w.abandon:
+		return Result{}, ErrShutdown, true
+	}
+}
+
+// heartbeat extends the lease every HeartbeatInterval until stop closes.
+// It cancels the handler's context when the lease is gone (the database
+// refused the token, or no heartbeat got through before the lease ran
+// out) or the run was cancelled.
+func (w *Worker) heartbeat(c *claimed, cancel context.CancelCauseFunc, stop <-chan struct{}) {
+	tick := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	leaseUntil := time.Now().Add(w.cfg.Lease)
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		sent := time.Now()
+		ctx, done := context.WithTimeout(context.Background(), min(dbTimeout, w.cfg.HeartbeatInterval))
+		var (
+			until  time.Time
+			status *string
+		)
+		err := w.db.QueryRow(ctx, sqlTaskHeartbeat, c.task.ID, c.token, w.cfg.Lease.Microseconds()).Scan(&until, &status)
+		done()
+		switch {
+		case err == nil:
+			leaseUntil = sent.Add(w.cfg.Lease)
+			if status != nil && api.Status(*status) == api.StatusCancelled {
+				cancel(ErrRunCancelled)
+				return
+			}
+		case isStale(err):
+			cancel(ErrLeaseLost)
+			return
+		default:
+			w.log.Warn("heartbeat failed", "task", c.task.ID, "err", err)
+			if time.Now().After(leaseUntil) {
+				cancel(ErrLeaseLost)
+				return
+			}
+		}
+	}
+}
+
+// isStale reports the database's answer that a lease token is no longer
+// the task's (or the task is gone).
+func isStale(err error) bool {
+	if errors.Is(err, claim.ErrStaleLease) || errors.Is(err, claim.ErrNotFound) {
+		return true
+	}
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "HA001" || pe.Code == "HA002")
+}
+
+// record writes the attempt's outcome, fenced by the lease token.
+func (w *Worker) record(ctx context.Context, c *claimed, res Result, herr, cause error) (Outcome, error) {
+	dbctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbTimeout)
+	defer cancel()
+	t := c.task
+	if herr == nil && res.Next == nil && len(res.Output) > 0 && !json.Valid(res.Output) {
+		herr = Permanent(errors.New("handler output is not valid JSON"))
+	}
+	if herr == nil && res.Next != nil && len(res.Next.Input) > 0 && !json.Valid(res.Next.Input) {
+		herr = Permanent(errors.New("handler's next input is not valid JSON"))
+	}
+	var (
+		outcome Outcome
+		err     error
+	)
+	switch {
+	case errors.Is(cause, ErrLeaseLost):
+		return OutcomeDiscarded, nil
+	case errors.Is(cause, ErrRunCancelled):
+		return w.retire(c)
+	case herr == nil && res.Next != nil:
+		o := claim.ContinueOptions{Input: res.Next.Input, Delay: res.Next.Delay}
+		if !res.Next.Anywhere {
+			o.StickyFor = w.cfg.StickyFor
+		}
+		_, err = claim.Continue(dbctx, w.db, t.ID, c.token, o)
+		outcome = OutcomeContinued
+	case herr == nil:
+		err = claim.Complete(dbctx, w.db, t.ID, c.token, res.Output)
+		outcome = OutcomeCompleted
+	case errors.Is(cause, ErrShutdown):
+		return w.release(dbctx, c)
+	default:
+		msg := herr.Error()
+		if errors.Is(cause, ErrAttemptTimeout) {
+			msg = fmt.Sprintf("attempt timed out after %s: %s", c.timeout, msg)
+		}
+		o := claim.FailOptions{Error: msg}
+		if !IsPermanent(herr) {
+			o.RetryAfter = w.backoff(t.Attempt)
+		}
+		var retried bool
+		retried, err = claim.Fail(dbctx, w.db, t.ID, c.token, o)
+		outcome = OutcomeFailed
+		if retried {
+			outcome = OutcomeRetried
+		}
+	}
+	if isStale(err) {
+		w.log.Info("lease lost before the outcome was recorded: result dropped", "task", t.ID, "run", t.RunID)
+		return OutcomeDiscarded, nil
+	}
+	if err != nil {
+		return OutcomeError, err
+	}
+	if outcome == OutcomeCompleted || outcome == OutcomeFailed {
+		w.publishRun(dbctx, t)
+	}
+	return outcome, nil
+}
+
+// retire marks the task of a cancelled run done without touching the run.
+func (w *Worker) retire(c *claimed) (Outcome, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	defer cancel()
+	// The run is final, so completing the task leaves the run (its status,
+	// output and the tenant's count) as the cancel left it.
+	err := claim.Complete(ctx, w.db, c.task.ID, c.token, nil)
+	if err != nil && !isStale(err) {
+		return OutcomeError, err
+	}
+	return OutcomeDiscarded, nil
+}
+
+// release hands a claimed task back without counting the attempt.
+func (w *Worker) release(ctx context.Context, c *claimed) (Outcome, error) {
+	var n int
+	if err := w.db.QueryRow(ctx, sqlTaskRelease, c.task.ID, c.token).Scan(&n); err != nil {
+		return OutcomeError, fmt.Errorf("hand back task %d: %w", c.task.ID, err)
+	}
+	if n == 0 {
+		return OutcomeDiscarded, nil
+	}
+	return OutcomeReleased, nil
+}
+
+// backoff is the retry delay after a failed attempt: RetryBase doubled per
+// attempt, at most RetryMax, then jittered down by up to half.
+func (w *Worker) backoff(attempt int) time.Duration {
+	d := w.cfg.RetryBase
+	for i := 1; i < attempt && d < w.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, w.cfg.RetryMax)
+	half := d / 2
+	return d - half + time.Duration(rand.Int64N(int64(half)+1))
+}
+
+// publishRun announces a run that reached a final state. The database is
+// the truth; a lost message only delays whoever waits for it.
+func (w *Worker) publishRun(ctx context.Context, t Task) {
+	if w.nc == nil {
+		return
+	}
+	run, err := runstore.Get(ctx, w.db, t.Tenant, t.RunID, w.cfg.Shard)
+	if err == nil {
+		err = dispatch.Publish(ctx, w.nc, w.subj.Runs(t.Tenant, t.RunID), run)
+	}
+	if err != nil {
+		w.log.Warn("run event not published", "run", t.RunID, "err", strings.TrimSpace(err.Error()))
+	}
+}

@@ -1,0 +1,367 @@
+package worker
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/sourcegraph/conc"
+
+	"github.com/harvest-run/harvest/internal/janitor"
+	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/dispatch"
+)
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+func mustSQL(name string) string {
+	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic(fmt.Sprintf("worker: missing embedded query %s: %v", name, err))
+	}
+	return string(b)
+}
+
+var (
+	sqlRunOfTask       = mustSQL("RunOfTask")
+	sqlTaskHeartbeat   = mustSQL("TaskHeartbeatRun")
+	sqlTaskRelease     = mustSQL("TaskRelease")
+	sqlQueueBacklog    = mustSQL("QueueBacklog")
+	dispatchQueueGroup = "harvest-workers"
+)
+
+// dbTimeout bounds one statement of the worker's own bookkeeping (claims,
+// reports, heartbeats), which must not be cut short by a stop signal.
+const dbTimeout = 30 * time.Second
+
+// abandonAfter is how long a stopping worker waits, after the grace period
+// has cancelled the handlers' contexts, for handlers that ignore their
+// context. Their tasks are then handed back anyway.
+const abandonAfter = 5 * time.Second
+
+// Outcome says how a task attempt ended, as far as the worker recorded it.
+type Outcome string
+
+// The outcomes of an attempt.
+const (
+	OutcomeCompleted Outcome = "completed" // the run completed
+	OutcomeContinued Outcome = "continued" // the run's next task was enqueued
+	OutcomeRetried   Outcome = "retried"   // the attempt failed and will run again
+	OutcomeFailed    Outcome = "failed"    // the attempt failed and so did the run
+	OutcomeDiscarded Outcome = "discarded" // lease lost or run cancelled: nothing recorded
+	OutcomeReleased  Outcome = "released"  // handed back at shutdown, attempt not counted
+	OutcomeError     Outcome = "error"     // the outcome could not be recorded (the lease will expire)
+)
+
+// Hooks let tests watch a worker without sleeping. Each may be nil; they
+// run on the worker's goroutines and must not block for long.
+type Hooks struct {
+	// Claimed runs after a task is claimed, before its handler starts.
+	Claimed func(Task)
+	// Idle runs when a claim loop found nothing and is about to wait.
+	Idle func()
+	// Finished runs after an attempt's outcome was recorded.
+	Finished func(Task, Outcome, error)
+	// Janitor sees every janitor tick.
+	Janitor func(janitor.Report, error)
+}
+
+// Options are the worker's collaborators besides its configuration.
+type Options struct {
+	// NATS, when set, brings wake-ups and dispatches and carries run
+	// events. Without it the worker polls only.
+	NATS *nats.Conn
+	// Subjects names the NATS subjects (default prefix when zero).
+	Subjects dispatch.Subjects
+	// Logger receives the worker's log lines (default slog.Default()).
+	Logger *slog.Logger
+	// Fallback runs workflows that have no registered handler. Without
+	// one, such a task fails its attempt (and is retried, maybe by a
+	// worker that knows the workflow).
+	Fallback Handler
+	// Hooks are test hooks; leave them nil in production.
+	Hooks Hooks
+}
+
+// Worker claims tasks of one shard and runs them with the registered
+// handlers. Make one with New, register handlers, then call Run.
+type Worker struct {
+	cfg    Config
+	db     *pgxpool.Pool
+	nc     *nats.Conn
+	subj   dispatch.Subjects
+	log    *slog.Logger
+	hooks  Hooks
+	queues []claim.QueueWeight
+
+	handlers map[string]Handler
+	fallback Handler
+	started  atomic.Bool
+
+	wake       broadcast
+	dispatches chan dispatch.Dispatch
+	ready      chan struct{}
+
+	// execCtx ends when the shutdown grace is over; abandon closes
+	// abandonAfter later.
+	execCtx  context.Context
+	stopExec context.CancelCauseFunc
+	abandon  chan struct{}
+
+	inst instruments
+}
+
+// New checks cfg and makes a worker on db, the pool of the shard cfg.Shard.
+// cfg.Shards is not used (the caller connected already), so an embedding
+// service may leave it empty.
+func New(db *pgxpool.Pool, cfg Config, opts Options) (*Worker, error) {
+	if db == nil {
+		return nil, errors.New("worker: nil database pool")
+	}
+	if cfg.Shard < 0 {
+		return nil, fmt.Errorf("HARVEST_WORKER_SHARD: %d must not be negative", cfg.Shard)
+	}
+	if err := cfg.validateRuntime(); err != nil {
+		return nil, err
+	}
+	if cfg.ID == "" {
+		cfg.ID = DefaultID()
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("worker", cfg.ID, "shard", cfg.Shard)
+	if cfg.FairnessKeys && cfg.PriorityAgingSecs > 0 {
+		log.Warn("priority ageing and fairness keys are both on: ageing sorts before the fairness lag, " +
+			"so the oldest rows of a flood gain priority and can be claimed ahead of a newer key's rows " +
+			"until those age too")
+	}
+	w := &Worker{
+		cfg:        cfg,
+		db:         db,
+		nc:         opts.NATS,
+		subj:       opts.Subjects,
+		log:        log,
+		hooks:      opts.Hooks,
+		handlers:   map[string]Handler{},
+		fallback:   opts.Fallback,
+		dispatches: make(chan dispatch.Dispatch),
+		ready:      make(chan struct{}),
+		abandon:    make(chan struct{}),
+		inst:       newInstruments(),
+	}
+	for _, q := range cfg.QueueNames() {
+		w.queues = append(w.queues, claim.QueueWeight{Queue: q, Weight: cfg.Queues[q]})
+	}
+	w.wake.init()
+	return w, nil
+}
+
+// Handle registers the handler of a workflow name. Register every handler
+// before Run; a second handler for one name replaces the first.
+func (w *Worker) Handle(workflow string, h Handler) {
+	if w.started.Load() {
+		panic("worker: Handle called after Run")
+	}
+	w.handlers[workflow] = h
+}
+
+// HandleFunc registers a function as the handler of a workflow name.
+func (w *Worker) HandleFunc(workflow string, f func(ctx context.Context, t Task) (Result, error)) {
+	w.Handle(workflow, HandlerFunc(f))
+}
+
+// ID is the worker's id, as recorded on the tasks it claims.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Ready is closed once Run has subscribed to its NATS subjects (when the
+// server is reachable) and started its claim loops.
+func (w *Worker) Ready() <-chan struct{} { return w.ready }
+
+// Run claims and runs tasks until ctx ends, then stops gracefully: it
+// stops claiming, lets running handlers finish for up to the shutdown
+// grace, cancels the rest (context.Cause: ErrShutdown) and hands their
+// tasks back, so none is left running. It returns nil after a clean stop.
+// Run may be called once.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("worker: Run called twice")
+	}
+	var stopExec context.CancelCauseFunc
+	w.execCtx, stopExec = context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopExec(nil)
+	claimCtx, stopClaims := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopClaims()
+
+	subs, err := w.subscribe()
+	if err != nil {
+		return err
+	}
+	var bg conc.WaitGroup
+	if w.cfg.RunJanitor {
+		bg.Go(func() {
+			janitor.Run(claimCtx, w.db, w.cfg.Settings, w.cfg.JanitorInterval, w.log, w.hooks.Janitor)
+		})
+	}
+	var loops conc.WaitGroup
+	for i := range w.cfg.MaxConcurrentClaims {
+		loops.Go(func() { w.loop(claimCtx, i) })
+	}
+	w.log.Info("worker started", "queues", w.cfg.QueueNames(), "fair", w.cfg.FairnessKeys,
+		"loops", w.cfg.MaxConcurrentClaims, "nats", w.nc != nil)
+	close(w.ready)
+
+	<-ctx.Done()
+	w.log.Info("worker stopping: no new claims", "grace", w.cfg.ShutdownGrace)
+	for _, s := range subs {
+		_ = s.Unsubscribe()
+	}
+	stopClaims()
+	done := make(chan struct{})
+	go func() {
+		loops.Wait()
+		close(done)
+	}()
+	grace := time.NewTimer(w.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+	case <-grace.C:
+		w.log.Warn("shutdown grace over: cancelling running tasks and handing them back")
+		stopExec(ErrShutdown)
+		select {
+		case <-done:
+		case <-time.After(abandonAfter):
+			w.log.Error("handlers ignore their cancelled context: handing their tasks back without them")
+			close(w.abandon)
+			<-done
+		}
+	}
+	bg.Wait()
+	w.log.Info("worker stopped")
+	return nil
+}
+
+// subscribe listens for wake-ups and dispatches of every queue served.
+func (w *Worker) subscribe() ([]*nats.Subscription, error) {
+	if w.nc == nil {
+		return nil, nil
+	}
+	var subs []*nats.Subscription
+	for _, q := range w.queues {
+		ws, err := w.nc.Subscribe(w.subj.Wake(w.cfg.Shard, q.Queue), func(*nats.Msg) {
+			w.inst.wakeups.Add(context.Background(), 1)
+			w.wake.fire()
+		})
+		if err != nil {
+			return nil, fmt.Errorf("worker: subscribe to wake-ups of %q: %w", q.Queue, err)
+		}
+		subs = append(subs, ws)
+		queue := q.Queue
+		ds, err := w.nc.QueueSubscribe(w.subj.Dispatch(w.cfg.Shard, q.Queue), dispatchQueueGroup, func(m *nats.Msg) {
+			var d dispatch.Dispatch
+			if err := json.Unmarshal(m.Data, &d); err != nil || d.TaskID <= 0 {
+				w.log.Warn("ignoring a malformed dispatch", "subject", m.Subject)
+				return
+			}
+			d.Queue = queue // the subject names the queue; trust it over the body
+			select {
+			case w.dispatches <- d: // a free claim loop takes it
+			default: // every loop is busy; they claim again as soon as they finish
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("worker: subscribe to dispatches of %q: %w", q.Queue, err)
+		}
+		subs = append(subs, ds)
+	}
+	// Make sure the server has the subscriptions before claiming; when it
+	// is unreachable they are sent on reconnect, and polling covers the gap.
+	if err := w.nc.FlushTimeout(5 * time.Second); err != nil {
+		w.log.Warn("NATS not reachable at start: polling until it is", "err", err)
+	}
+	return subs, nil
+}
+
+// broadcast wakes every waiting claim loop at once. A loop takes the
+// channel before it claims, so a wake-up that arrives while it claims is
+// not lost: the channel is already closed when it starts to wait.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (b *broadcast) init() { b.ch = make(chan struct{}) }
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
+func (b *broadcast) fire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+}
+
+// loop is one claim loop: claim, run, repeat; wait for a wake-up, a
+// dispatch or the poll timer when there is nothing to claim.
+func (w *Worker) loop(ctx context.Context, n int) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), uint64(n)))
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for ctx.Err() == nil {
+		woken := w.wake.wait()
+		if c, ok := w.claim(ctx, rng, 0, ""); ok {
+			w.run(c)
+			continue
+		}
+		if w.hooks.Idle != nil {
+			w.hooks.Idle()
+		}
+		// Poll with up to 20% jitter, so idle workers spread their polls.
+		d := w.cfg.PollInterval
+		d += time.Duration(rng.Int64N(int64(d)/5 + 1))
+		timer.Reset(d)
+		select {
+		case <-ctx.Done():
+		case <-woken:
+		case <-timer.C:
+		case d := <-w.dispatches:
+			if c, ok := w.claimDispatched(ctx, rng, d); ok {
+				w.run(c)
+			}
+		}
+		timer.Stop()
+	}
+}
+
+// claimDispatched serves a dispatch: the named row by id when it is the
+// queue's only due work, otherwise an ordinary fair claim, so that a
+// dispatch never lets a key in debt jump ahead of a key without debt.
+func (w *Worker) claimDispatched(ctx context.Context, rng *rand.Rand, d dispatch.Dispatch) (*claimed, bool) {
+	dbctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbTimeout)
+	defer cancel()
+	var backlog bool
+	if err := w.db.QueryRow(dbctx, sqlQueueBacklog, d.Queue, d.TaskID).Scan(&backlog); err != nil {
+		w.log.Warn("dispatch: backlog check failed; claiming fairly", "err", err)
+		backlog = true
+	}
+	if backlog {
+		return w.claim(ctx, rng, 0, "")
+	}
+	return w.claim(ctx, rng, d.TaskID, d.Queue)
+}
