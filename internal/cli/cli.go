@@ -47,6 +47,17 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"migrate": {"apply the schema migrations to every shard in HARVEST_SHARDS", runMigrate},
+		"prune":   {"delete idle fairness state on every shard in HARVEST_SHARDS (or --preview it)", runPrune},
+		"bench":   {"run a benchmark: bench claim, bench starts (see harvest bench -h)", runBenchAny},
+		"weights": {"get, set or clear fairness-key weight overrides on every shard", runWeights},
+		"quotas":  {"get, set or clear quota-key concurrency caps and rate limits on every shard", runQuotas},
+
+		"admission": {"show or set tenant admission (algorithm, TFM) on the shards in HARVEST_SHARDS", runAdmission},
+
+		"dev":   {"run a whole Harvest on this machine (NATS, 2 shards, gateway, 2 workers) until Ctrl-C", runDev},
+		"start": {"start a run through the gateway at HARVEST_GATEWAY_URL (token HARVEST_TOKEN)", runStart},
+		"runs":  {"read a run through the gateway: runs get ID [--wait 30s] [--json]", runRuns},
+		"demo":  {"demo flood: a flood from one tenant and a trickle from another, with their waits", runDemo},
 	}
 }
 

@@ -29,9 +29,14 @@ func mustSQL(name string) string {
 }
 
 var (
-	sqlRunInsert        = mustSQL("RunInsert")
-	sqlRunGet           = mustSQL("RunGet")
-	sqlTenantRunningAdd = mustSQL("TenantRunningAdd")
+	sqlRunStart        = mustSQL("RunStart")
+	sqlRunGet          = mustSQL("RunGet")
+	sqlRunList         = mustSQL("RunList")
+	sqlRunLock         = mustSQL("RunLock")
+	sqlRunFinish       = mustSQL("RunFinish")
+	sqlTaskCancelByRun = mustSQL("TaskCancelByRun")
+
+	sqlTenantRunningLock = mustSQL("TenantRunningLock")
 )
 
 // ErrConflict means a run with the same id exists but was started with a
@@ -64,6 +69,13 @@ type StartResult struct {
 	Created bool
 	// TaskID is the first task's id; zero on a replay.
 	TaskID int64
+	// QueueBusy reports that the queue already had pending tasks when the
+	// run was written (read in the same statement). A new task in an idle
+	// queue is worth a dispatch; in a busy one the fair claim decides.
+	QueueBusy bool
+	// Running is the tenant's count of unfinished runs on this shard after
+	// the start (zero on a replay).
+	Running int
 }
 
 // Start writes a new run with its first task and counts it for its tenant,
@@ -90,19 +102,34 @@ func Start(ctx context.Context, db Beginner, p StartParams) (StartResult, error)
 // can share one commit. On error the caller must roll back (or roll back to
 // a savepoint), since part of the start may have been written.
 func StartTx(ctx context.Context, tx pgx.Tx, p StartParams) (StartResult, error) {
+	args, hash, err := startArgs(&p)
+	if err != nil {
+		return StartResult{}, err
+	}
+	res, found, err := scanStarted(tx.QueryRow(ctx, sqlRunStart, args...), p.Shard)
+	if err != nil {
+		return StartResult{}, err
+	}
+	if found {
+		return res, nil
+	}
+	return replay(ctx, tx, &p, hash)
+}
+
+// startArgs checks p and builds the arguments of RunStart.
+func startArgs(p *StartParams) ([]any, []byte, error) {
 	r := &p.Req
 	if r.ID == "" {
-		return StartResult{}, errors.New("runstore: start without a run id")
+		return nil, nil, errors.New("runstore: start without a run id")
 	}
 	hash, err := RequestHash(r)
 	if err != nil {
-		return StartResult{}, err
+		return nil, nil, err
 	}
 	var qk string
 	if r.QuotaKey != nil {
 		qk = *r.QuotaKey
 	}
-	key := r.Key()
 	maxAttempts := api.DefaultMaxAttempts
 	if r.MaxAttempts != nil {
 		maxAttempts = *r.MaxAttempts
@@ -112,68 +139,61 @@ func StartTx(ctx context.Context, tx pgx.Tx, p StartParams) (StartResult, error)
 		ms := max(time.Duration(*r.Timeout).Milliseconds(), 1)
 		timeoutMS = &ms
 	}
-	var input any
+	var input, trace any
 	if len(r.Input) > 0 {
 		input = string(r.Input)
 	}
-
-	var pk int64
-	err = tx.QueryRow(ctx, sqlRunInsert, p.Tenant, r.ID, r.Name, r.Queue, key, qk, r.Priority,
-		input, hash, maxAttempts, timeoutMS).Scan(&pk)
-	if errors.Is(err, pgx.ErrNoRows) {
-		existing, stored, gerr := get(ctx, tx, p.Tenant, r.ID, p.Shard)
-		if gerr != nil {
-			return StartResult{}, gerr
-		}
-		if !bytes.Equal(stored, hash) {
-			return StartResult{Run: existing}, ErrConflict
-		}
-		return StartResult{Run: existing}, nil
+	if len(p.TraceContext) > 0 {
+		trace = string(p.TraceContext)
 	}
-	if err != nil {
-		return StartResult{}, fmt.Errorf("runstore: insert run: %w", err)
+	var runAt any
+	if r.RunAt != nil {
+		runAt = r.RunAt.Time
 	}
-	due, err := dueAt(ctx, tx, r)
-	if err != nil {
-		return StartResult{}, err
+	var delayUS int64
+	if r.Delay != nil && *r.Delay > 0 {
+		delayUS = time.Duration(*r.Delay).Microseconds()
 	}
-	taskID, err := claim.Enqueue(ctx, tx, claim.NewTask{
-		RunPK:        pk,
-		Queue:        r.Queue,
-		Key:          key,
-		QuotaKey:     qk,
-		Priority:     r.Priority,
-		DueAt:        due,
-		Input:        r.Input,
-		TraceContext: p.TraceContext,
-	})
-	if err != nil {
-		return StartResult{}, fmt.Errorf("runstore: enqueue first task: %w", err)
-	}
-	if _, err := tx.Exec(ctx, sqlTenantRunningAdd, p.Tenant, 1); err != nil {
-		return StartResult{}, fmt.Errorf("runstore: count running: %w", err)
-	}
-	run, _, err := get(ctx, tx, p.Tenant, r.ID, p.Shard)
-	if err != nil {
-		return StartResult{}, err
-	}
-	return StartResult{Run: run, Created: true, TaskID: taskID}, nil
+	args := []any{p.Tenant, r.ID, r.Name, r.Queue, r.Key(), qk, r.Priority, input, hash,
+		maxAttempts, timeoutMS, runAt, delayUS, trace}
+	return args, hash, nil
 }
 
-// dueAt resolves run_at or delay to an absolute time on the database clock;
-// zero means due at once.
-func dueAt(ctx context.Context, tx pgx.Tx, r *api.StartRequest) (time.Time, error) {
-	switch {
-	case r.RunAt != nil:
-		return r.RunAt.Time, nil
-	case r.Delay != nil && *r.Delay > 0:
-		var t time.Time
-		if err := tx.QueryRow(ctx, `SELECT now() + $1::interval`, time.Duration(*r.Delay)).Scan(&t); err != nil {
-			return time.Time{}, fmt.Errorf("runstore: compute due time: %w", err)
-		}
-		return t, nil
+// scanStarted reads RunStart's row; found is false when the id existed.
+func scanStarted(row pgx.Row, shard int) (StartResult, bool, error) {
+	var (
+		res     StartResult
+		pk      int64
+		status  string
+		created time.Time
+		run     = &res.Run
+	)
+	err := row.Scan(&pk, &run.ID, &run.Tenant, &run.Name, &run.Queue, &run.FairnessKey, &run.QuotaKey,
+		&run.Priority, &status, &run.Attempts, &created, &res.TaskID, &res.QueueBusy, &res.Running)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return StartResult{}, false, nil
 	}
-	return time.Time{}, nil
+	if err != nil {
+		return StartResult{}, false, fmt.Errorf("runstore: start run: %w", err)
+	}
+	run.Shard = shard
+	run.Status = api.Status(status)
+	run.CreatedAt = api.Time{Time: created}
+	res.Created = true
+	return res, true, nil
+}
+
+// replay answers a start whose id exists: the existing run when the
+// request is the same, ErrConflict when it differs.
+func replay(ctx context.Context, db claim.DB, p *StartParams, hash []byte) (StartResult, error) {
+	existing, stored, err := get(ctx, db, p.Tenant, p.Req.ID, p.Shard)
+	if err != nil {
+		return StartResult{}, err
+	}
+	if !bytes.Equal(stored, hash) {
+		return StartResult{Run: existing}, ErrConflict
+	}
+	return StartResult{Run: existing}, nil
 }
 
 // Get reads the tenant's run; ErrNotFound when the tenant has none by that
@@ -184,38 +204,11 @@ func Get(ctx context.Context, db claim.DB, tenant, id string, shard int) (api.Ru
 }
 
 func get(ctx context.Context, db claim.DB, tenant, id string, shard int) (api.Run, []byte, error) {
-	var (
-		run               api.Run
-		pk                int64
-		status            string
-		created           time.Time
-		claimed, finished *time.Time
-		output            []byte
-		errText           *string
-		hash              []byte
-	)
-	err := db.QueryRow(ctx, sqlRunGet, tenant, id).Scan(&pk, &run.ID, &run.Tenant, &run.Name, &run.Queue,
-		&run.FairnessKey, &run.QuotaKey, &run.Priority, &status, &run.Attempts,
-		&created, &claimed, &finished, &output, &errText, &hash)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return api.Run{}, nil, ErrNotFound
-	}
+	var hash []byte
+	run, _, err := scanRun(db.QueryRow(ctx, sqlRunGet, tenant, id), shard, &hash)
 	if err != nil {
-		return api.Run{}, nil, fmt.Errorf("runstore: read run: %w", err)
+		return api.Run{}, nil, err
 	}
-	run.Shard = shard
-	run.Status = api.Status(status)
-	run.CreatedAt = api.Time{Time: created}
-	if claimed != nil {
-		run.ClaimedAt = &api.Time{Time: *claimed}
-	}
-	if finished != nil {
-		run.FinishedAt = &api.Time{Time: *finished}
-	}
-	if len(output) > 0 {
-		run.Output = json.RawMessage(output)
-	}
-	run.Error = errText
 	return run, hash, nil
 }
 

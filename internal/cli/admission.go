@@ -1,0 +1,314 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
+
+	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/client"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
+)
+
+// admissionEnv is what `harvest admission` reads from the environment.
+type admissionEnv struct {
+	config.Common
+	tenantcap.Settings
+	// TokensFile is the gateway's tokens file; its tenant-bound tokens are
+	// the registered tenants the static algorithm divides by.
+	TokensFile string `envconfig:"GATEWAY_TOKENS_FILE"`
+	Prefix     string `envconfig:"GATEWAY_SUBJECT_PREFIX" default:"harvest"`
+}
+
+const admissionUsage = "admission get [--json] | set [--algorithm no_limit|static|dynamic] [--tfm X] [--json]"
+
+func runAdmission(ctx context.Context, e env, args []string) error {
+	if len(args) == 0 {
+		return usageError{"usage: harvest " + admissionUsage}
+	}
+	switch args[0] {
+	case "get":
+		return admissionGet(ctx, e, args[1:])
+	case "set":
+		return admissionSet(ctx, e, args[1:])
+	case "-h", "--help", "help":
+		fmt.Fprintln(e.stderr, "usage: harvest "+admissionUsage)
+		return nil
+	}
+	return usageError{fmt.Sprintf("unknown admission command %q (want get or set)", args[0])}
+}
+
+func loadAdmissionEnv() (admissionEnv, error) {
+	var cfg admissionEnv
+	if err := config.Load(&cfg); err != nil {
+		return cfg, usageError{err.Error()}
+	}
+	if err := cfg.Shards.Validate(); err != nil {
+		return cfg, usageError{err.Error()}
+	}
+	if err := cfg.Settings.Validate(); err != nil {
+		return cfg, usageError{err.Error()}
+	}
+	return cfg, nil
+}
+
+// connectShards opens one connection per shard; the caller closes them.
+func connectShards(ctx context.Context, urls []string, timeout time.Duration) ([]*pgx.Conn, error) {
+	conns := make([]*pgx.Conn, len(urls))
+	for i, u := range urls {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		c, err := pgx.Connect(cctx, u)
+		cancel()
+		if err != nil {
+			closeConns(conns)
+			return nil, fmt.Errorf("shard %d (%s): %w", i, config.Redact(u), err)
+		}
+		conns[i] = c
+	}
+	return conns, nil
+}
+
+func closeConns(conns []*pgx.Conn) {
+	for _, c := range conns {
+		if c != nil {
+			_ = c.Close(context.Background())
+		}
+	}
+}
+
+func admissionGet(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "admission get", "admission get [--json] [--tokens FILE] [--timeout 10s]")
+	asJSON := fs.Bool("json", false, "print the GET /v1/admission body")
+	tokens := fs.String("tokens", "", "tokens file naming the registered tenants (default $HARVEST_GATEWAY_TOKENS_FILE)")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for each shard")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	gw, err := loadGateway()
+	if err != nil {
+		return err
+	}
+	if gw != nil {
+		// Through the gateway: it counts its own registered tenants.
+		cctx, cancel := context.WithTimeout(ctx, *timeout)
+		defer cancel()
+		view, err := gw.Admission(cctx)
+		if err != nil {
+			return err
+		}
+		return printAdmission(e, view, *asJSON)
+	}
+	cfg, err := loadAdmissionEnv()
+	if err != nil {
+		return err
+	}
+	view, err := readAdmission(ctx, e, cfg, *tokens, *timeout)
+	if err != nil {
+		return err
+	}
+	return printAdmission(e, view, *asJSON)
+}
+
+// readAdmission builds the same view as GET /v1/admission, straight from
+// the shards.
+func readAdmission(ctx context.Context, e env, cfg admissionEnv, tokensFlag string, timeout time.Duration) (tenantcap.AdmissionView, error) {
+	tenants, err := registeredTenants(e, cfg, tokensFlag)
+	if err != nil {
+		return tenantcap.AdmissionView{}, err
+	}
+	conns, err := connectShards(ctx, cfg.Shards, timeout)
+	if err != nil {
+		return tenantcap.AdmissionView{}, err
+	}
+	defer closeConns(conns)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cur, err := tenantcap.LoadConfig(ctx, conns[0])
+	if err != nil {
+		return tenantcap.AdmissionView{}, err
+	}
+	dbs := make([]tenantcap.DB, len(conns))
+	for i, c := range conns {
+		dbs[i] = c
+	}
+	return tenantcap.BuildAdmissionView(ctx, dbs, cur, cfg.MaxRuns, tenants)
+}
+
+// registeredTenants reads the tenants of the tokens file, when one is named.
+func registeredTenants(e env, cfg admissionEnv, flagPath string) ([]string, error) {
+	path := flagPath
+	if path == "" {
+		path = cfg.TokensFile
+	}
+	if path == "" {
+		fmt.Fprintln(e.stderr, "note: no tokens file (--tokens or HARVEST_GATEWAY_TOKENS_FILE): counting 0 registered tenants")
+		return nil, nil
+	}
+	set, err := auth.LoadTokens(path)
+	if err != nil {
+		return nil, err
+	}
+	return set.Tenants(), nil
+}
+
+func printAdmission(e env, v tenantcap.AdmissionView, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	w := e.stdout
+	fmt.Fprintf(w, "algorithm      %s\n", v.Algorithm)
+	fmt.Fprintf(w, "tfm            %s\n", strconv.FormatFloat(v.TFM, 'g', -1, 64))
+	fmt.Fprintf(w, "max_runs       %d (read-only: HARVEST_MAX_RUNS)\n", v.MaxRuns)
+	fmt.Fprintf(w, "tenants        %d\n", v.Tenants)
+	fmt.Fprintf(w, "running_total  %d\n", v.RunningTotal)
+	if v.Limit == nil {
+		fmt.Fprintln(w, "limit          none (only max_runs applies)")
+	} else {
+		fmt.Fprintf(w, "limit          %d per tenant\n", *v.Limit)
+	}
+	if v.UpdatedBy != "" {
+		fmt.Fprintf(w, "updated        %s by %s\n", v.UpdatedAt, v.UpdatedBy)
+	}
+	if len(v.UnavailableShards) > 0 {
+		fmt.Fprintf(w, "unavailable    shards %v (their runs are not counted above)\n", v.UnavailableShards)
+	}
+	names := make([]string, 0, len(v.Running))
+	for t := range v.Running {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	if len(names) > 0 {
+		fmt.Fprintln(w, "running:")
+	}
+	for _, t := range names {
+		fmt.Fprintf(w, "  %-24s %d\n", t, v.Running[t])
+	}
+	return nil
+}
+
+func admissionSet(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "admission set", "admission set [--algorithm no_limit|static|dynamic] [--tfm X] [--json]")
+	algo := fs.String("algorithm", "", "no_limit, static or dynamic")
+	tfm := fs.String("tfm", "", "tenant fairness multiplier: a positive finite number")
+	asJSON := fs.Bool("json", false, "print the GET /v1/admission body afterwards")
+	tokens := fs.String("tokens", "", "tokens file naming the registered tenants (default $HARVEST_GATEWAY_TOKENS_FILE)")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for each shard")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var p tenantcap.Patch
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["algorithm"] {
+		a := tenantcap.Algorithm(*algo)
+		p.Algorithm = &a
+	}
+	if set["tfm"] {
+		v, err := strconv.ParseFloat(*tfm, 64)
+		if err != nil {
+			return usageError{fmt.Sprintf("--tfm: %q is not a number", *tfm)}
+		}
+		p.TFM = &v
+	}
+	if p.Empty() {
+		return usageError{"nothing to set: give --algorithm, --tfm or both"}
+	}
+	gw, err := loadGateway()
+	if err != nil {
+		return err
+	}
+	if gw != nil {
+		return admissionSetGateway(ctx, e, gw, p, *asJSON, *timeout)
+	}
+	cfg, err := loadAdmissionEnv()
+	if err != nil {
+		return err
+	}
+	conns, err := connectShards(ctx, cfg.Shards[:1], *timeout)
+	if err != nil {
+		return err
+	}
+	defer closeConns(conns)
+	sctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	cur, err := tenantcap.UpdateConfig(sctx, conns[0], cliActor(), p)
+	if err != nil {
+		return admissionSetError(err)
+	}
+	announce(ctx, e, cfg, cur)
+	if !*asJSON {
+		fmt.Fprintf(e.stdout, "admission set: algorithm %s, tfm %s (by %s)\n",
+			cur.Algorithm, strconv.FormatFloat(cur.TFM, 'g', -1, 64), cur.UpdatedBy)
+		return nil
+	}
+	view, err := readAdmission(ctx, e, cfg, *tokens, *timeout)
+	if err != nil {
+		return err
+	}
+	return printAdmission(e, view, true)
+}
+
+// admissionSetError makes a refused value (audited by whoever refused
+// it) a usage mistake naming the flag; other errors stay as they are.
+func admissionSetError(err error) error {
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Code == api.CodeInvalidArgument {
+		if ae.Field != "" {
+			return usageError{"--" + ae.Field + ": " + ae.Message}
+		}
+		return usageError{ae.Message}
+	}
+	return err
+}
+
+// admissionSetGateway is admission set through a gateway (PUT
+// /v1/admission): the gateway persists, audits with the token's name and
+// announces the change; the output is the same as the direct path's.
+func admissionSetGateway(ctx context.Context, e env, gw *client.Client, p tenantcap.Patch, asJSON bool, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ch := client.AdmissionChange{Algorithm: p.Algorithm, TFM: p.TFM}
+	if p.TFM != nil && (math.IsNaN(*p.TFM) || math.IsInf(*p.TFM, 0)) {
+		// JSON cannot carry it; the gateway would refuse it anyway.
+		return admissionSetError(tenantcap.ValidateTFM(*p.TFM))
+	}
+	view, err := gw.SetAdmission(ctx, ch)
+	if err != nil {
+		return admissionSetError(err)
+	}
+	if asJSON {
+		return printAdmission(e, view, true)
+	}
+	fmt.Fprintf(e.stdout, "admission set: algorithm %s, tfm %s (by %s)\n",
+		view.Algorithm, strconv.FormatFloat(view.TFM, 'g', -1, 64), view.UpdatedBy)
+	return nil
+}
+
+// announce tells the gateways over NATS; without NATS they pick the change
+// up at their next periodic reload, so a failure here is only a note.
+func announce(ctx context.Context, e env, cfg admissionEnv, cur tenantcap.Current) {
+	nc, err := nats.Connect(cfg.NATSURL, nats.Timeout(2*time.Second), nats.Name("harvest admission set"))
+	if err == nil {
+		defer nc.Close()
+		if err = tenantcap.PublishChange(ctx, nc, cfg.Prefix, cur); err == nil {
+			err = nc.FlushTimeout(2 * time.Second)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "note: change saved but not announced over NATS (%v); gateways apply it within HARVEST_ADMISSION_RELOAD (%s)\n",
+			err, cfg.Reload)
+	}
+}

@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/harvest-run/harvest/internal/startbench"
+)
+
+func runBenchStarts(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "bench starts",
+		"bench starts [--transports http,nats] [--clients 8] [--duration 10s] [--warmup 2s] [--keys 1] [--quiet]")
+	transports := fs.String("transports", "http,nats", "transports to measure, in order (comma-separated: http, nats)")
+	clients := fs.Int("clients", 8, "concurrent clients, each starting runs in a closed loop")
+	duration := fs.Duration("duration", 10*time.Second, "measured time per transport")
+	warmup := fs.Duration("warmup", 2*time.Second, "unmeasured time before each measurement")
+	keys := fs.Int("keys", 1, "fairness keys the starts are spread over")
+	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *clients < 1 {
+		return usageError{"--clients: must be at least 1"}
+	}
+	if *duration <= 0 {
+		return usageError{"--duration: must be positive"}
+	}
+	cfg := startbench.Config{
+		Clients: *clients, Duration: *duration, Warmup: *warmup, Keys: *keys,
+		NATSURL: os.Getenv("HARVEST_NATS_URL"), Out: e.stdout, Log: e.stderr,
+	}
+	for _, t := range strings.Split(*transports, ",") {
+		switch t = strings.TrimSpace(t); t {
+		case "http", "nats":
+			cfg.Transports = append(cfg.Transports, t)
+		default:
+			return usageError{"--transports: unknown transport " + t + " (http, nats)"}
+		}
+	}
+	if *quiet {
+		cfg.Log = nil
+	}
+	cfg.ServerURL = os.Getenv("HARVEST_DATABASE_URL")
+	if cfg.ServerURL == "" {
+		cfg.ServerURL = defaultBenchURL
+	}
+	_, err := startbench.Run(ctx, cfg)
+	return err
+}

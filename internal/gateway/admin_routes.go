@@ -1,0 +1,400 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"reflect"
+	"sort"
+	"strconv"
+
+	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
+	"github.com/harvest-run/harvest/pkg/weights"
+)
+
+// adminRoutes adds the operator routes to mux:
+//
+//	GET    /v1/queues/{queue}/weights              weights:read
+//	PUT    /v1/queues/{queue}/weights/{key}        weights:write
+//	DELETE /v1/queues/{queue}/weights/{key}        weights:write
+//	GET    /v1/queues/{queue}/quotas               weights:read
+//	GET    /v1/queues/{queue}/quotas/{quota_key}   weights:read
+//	PUT    /v1/queues/{queue}/quotas/{quota_key}   weights:write
+//	DELETE /v1/queues/{queue}/quotas/{quota_key}   weights:write
+//	GET    /v1/queues/{queue}/keys                 weights:read
+//	GET    /v1/audit                               config:read
+//	GET    /v1/admission                           config:read
+//	PUT    /v1/admission                           config:write
+//	GET    /v1/usage                               runs:read (a tenant's token)
+//
+// Path values arrive URL-decoded, so a queue named "orders.eu" or "my queue"
+// is sent as /v1/queues/orders.eu/... or /v1/queues/my%20queue/....
+func (g *Gateway) adminRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/queues/{queue}/weights", g.operator(auth.WeightsRead, g.httpGetWeights))
+	mux.HandleFunc("PUT /v1/queues/{queue}/weights/{key}", g.operator(auth.WeightsWrite, g.httpSetWeight))
+	mux.HandleFunc("DELETE /v1/queues/{queue}/weights/{key}", g.operator(auth.WeightsWrite, g.httpClearWeight))
+	mux.HandleFunc("GET /v1/queues/{queue}/quotas", g.operator(auth.WeightsRead, g.httpGetQuota))
+	mux.HandleFunc("GET /v1/queues/{queue}/quotas/{quota_key}", g.operator(auth.WeightsRead, g.httpGetQuota))
+	mux.HandleFunc("PUT /v1/queues/{queue}/quotas/{quota_key}", g.operator(auth.WeightsWrite, g.httpSetQuota))
+	mux.HandleFunc("DELETE /v1/queues/{queue}/quotas/{quota_key}", g.operator(auth.WeightsWrite, g.httpClearQuota))
+	mux.HandleFunc("GET /v1/queues/{queue}/keys", g.operator(auth.WeightsRead, g.httpKeys))
+	mux.HandleFunc("GET /v1/audit", g.operator(auth.ConfigRead, g.httpAudit))
+	mux.HandleFunc("GET /v1/admission", g.operator(auth.ConfigRead, g.httpGetAdmission))
+	mux.HandleFunc("PUT /v1/admission", g.httpPutAdmission)
+	mux.HandleFunc("GET /v1/usage", g.authed(auth.RunsRead, g.httpUsage))
+}
+
+// principal authenticates the bearer token: 401 (with WWW-Authenticate)
+// when it is missing or unknown.
+func (g *Gateway) principal(w http.ResponseWriter, r *http.Request) (auth.Principal, bool) {
+	secret, ok := auth.BearerToken(r.Header.Get("Authorization"))
+	if !ok {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="harvest"`)
+		writeError(w, api.NewError(api.CodeUnauthenticated, "missing bearer token: send Authorization: Bearer <token>"))
+		return auth.Principal{}, false
+	}
+	p, err := g.tokens.Authenticate(secret)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="harvest", error="invalid_token"`)
+		writeError(w, api.NewError(api.CodeUnauthenticated, "unknown bearer token"))
+		return auth.Principal{}, false
+	}
+	return p, true
+}
+
+// operator checks the token (401) and the privilege (403) of a route that
+// acts on the whole installation rather than on one tenant's runs, so
+// administrator tokens (no tenant) are welcome.
+func (g *Gateway) operator(priv auth.Privilege, h principalHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		p, ok := g.principal(w, r)
+		if !ok {
+			return
+		}
+		if !p.Has(priv) {
+			writeError(w, api.NewError(api.CodePermissionDenied, "token %q lacks the %s privilege", p.Name, priv))
+			return
+		}
+		h(w, r, p)
+	}
+}
+
+// weightShards is every shard in the form pkg/weights fans out over.
+func (g *Gateway) weightShards() []weights.Shard {
+	out := make([]weights.Shard, len(g.shards))
+	for i, p := range g.shards {
+		out[i] = weights.Shard{Index: i, DB: p}
+	}
+	return out
+}
+
+func (g *Gateway) weightOpts() []weights.Option {
+	if g.nc == nil {
+		return nil
+	}
+	return []weights.Option{weights.WithNATS(g.nc, g.subjects)}
+}
+
+// asAPIError turns an error of pkg/weights or pkg/tenantcap into the
+// caller's error: its own *api.Error (400 naming the field), else the
+// gateway's mapping.
+func (g *Gateway) asAPIError(err error, what string) *api.Error {
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return g.apiError(err, 0, what)
+}
+
+// knownQuery refuses query parameters other than names (400 naming it).
+func knownQuery(w http.ResponseWriter, r *http.Request, names ...string) bool {
+	keys := make([]string, 0, len(r.URL.Query()))
+	for k := range r.URL.Query() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		known := false
+		for _, n := range names {
+			known = known || k == n
+		}
+		if !known {
+			msg := "unknown query parameter %q (this route takes none)"
+			if len(names) > 0 {
+				msg = "unknown query parameter %q (known: " + joinStrings(names) + ")"
+			}
+			writeError(w, api.Invalid(k, msg, k))
+			return false
+		}
+	}
+	return true
+}
+
+func joinStrings(v []string) string {
+	out := ""
+	for i, s := range v {
+		if i > 0 {
+			out += ", "
+		}
+		out += s
+	}
+	return out
+}
+
+// intQuery reads an optional positive integer query parameter.
+func intQuery(r *http.Request, name string, lo, hi int) (int, *api.Error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		return 0, api.Invalid(name, "%s must be an integer from %d to %d, got %q", name, lo, hi, s)
+	}
+	return n, nil
+}
+
+// readObject reads a JSON object body and refuses fields that t (a struct)
+// does not have, naming the first one in sorted order, so that every
+// route's 400 names the field whatever decoder follows.
+func (g *Gateway) readObject(w http.ResponseWriter, r *http.Request, t reflect.Type) ([]byte, *api.Error) {
+	body, e := g.readBody(w, r)
+	if e != nil {
+		return nil, e
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(bytes.TrimSpace(body), &obj) == nil && obj != nil {
+		fields := jsonFields(t)
+		keys := make([]string, 0, len(obj))
+		for k := range obj {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if _, ok := fields[k]; !ok {
+				return nil, api.Invalid(k, "unknown field %q (known: %s)", k, joinStrings(sortedKeys(fields)))
+			}
+		}
+	}
+	return body, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// writeResult writes a pkg/weights result with its own status (200, 207,
+// 409, 503) and logs a change event that could not be published.
+func (g *Gateway) writeResult(w http.ResponseWriter, status int, v any, publishErr error) {
+	if publishErr != nil {
+		g.log.Warn("gateway: weights change event not published; workers still read the change at their next claim", "err", publishErr)
+	}
+	writeJSON(w, status, v)
+}
+
+func (g *Gateway) httpGetWeights(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
+	if !knownQuery(w, r) {
+		return
+	}
+	res, err := weights.Get(r.Context(), g.weightShards(), r.PathValue("queue"), g.weightOpts()...)
+	if err != nil {
+		writeError(w, g.asAPIError(err, "get weights"))
+		return
+	}
+	writeJSON(w, res.Status(), res)
+}
+
+func (g *Gateway) httpSetWeight(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	if !knownQuery(w, r) {
+		return
+	}
+	body, e := g.readObject(w, r, reflect.TypeFor[weights.WeightBody]())
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	weight, err := weights.DecodeWeightBody(bytes.NewReader(body))
+	if err != nil {
+		writeError(w, g.asAPIError(err, "set weight"))
+		return
+	}
+	res, err := weights.Set(r.Context(), g.weightShards(), p.Name, r.PathValue("queue"), r.PathValue("key"), weight, g.weightOpts()...)
+	if err != nil {
+		writeError(w, g.asAPIError(err, "set weight"))
+		return
+	}
+	g.writeResult(w, res.Status(), res, res.PublishErr)
+}
+
+func (g *Gateway) httpClearWeight(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	if !knownQuery(w, r) {
+		return
+	}
+	res, err := weights.Clear(r.Context(), g.weightShards(), p.Name, r.PathValue("queue"), r.PathValue("key"), g.weightOpts()...)
+	if err != nil {
+		writeError(w, g.asAPIError(err, "clear weight"))
+		return
+	}
+	g.writeResult(w, res.Status(), res, res.PublishErr)
+}
+
+func (g *Gateway) httpGetQuota(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
+	if !knownQuery(w, r) {
+		return
+	}
+	res, err := weights.GetQuota(r.Context(), g.weightShards(), r.PathValue("queue"), r.PathValue("quota_key"), g.weightOpts()...)
+	if err != nil {
+		writeError(w, g.asAPIError(err, "get quota"))
+		return
+	}
+	writeJSON(w, res.Status(), res)
+}
+
+func (g *Gateway) httpSetQuota(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	if !knownQuery(w, r) {
+		return
+	}
+	body, e := g.readObject(w, r, reflect.TypeFor[weights.Quota]())
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	q, err := weights.DecodeQuotaBody(bytes.NewReader(body))
+	if err != nil {
+		writeError(w, g.asAPIError(err, "set quota"))
+		return
+	}
+	res, err := weights.SetQuota(r.Context(), g.weightShards(), p.Name, r.PathValue("queue"), r.PathValue("quota_key"), q, g.weightOpts()...)
+	if err != nil {
+		writeError(w, g.asAPIError(err, "set quota"))
+		return
+	}
+	g.writeResult(w, res.Status(), res, res.PublishErr)
+}
+
+func (g *Gateway) httpClearQuota(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	if !knownQuery(w, r) {
+		return
+	}
+	res, err := weights.ClearQuota(r.Context(), g.weightShards(), p.Name, r.PathValue("queue"), r.PathValue("quota_key"), g.weightOpts()...)
+	if err != nil {
+		writeError(w, g.asAPIError(err, "clear quota"))
+		return
+	}
+	g.writeResult(w, res.Status(), res, res.PublishErr)
+}
+
+func (g *Gateway) httpKeys(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
+	if !knownQuery(w, r, "limit") {
+		return
+	}
+	limit, e := intQuery(r, "limit", 1, weights.MaxKeyLimit)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	res, err := weights.Keys(r.Context(), g.weightShards(), r.PathValue("queue"), limit, g.weightOpts()...)
+	if err != nil {
+		writeError(w, g.asAPIError(err, "keys"))
+		return
+	}
+	writeJSON(w, res.Status(), res)
+}
+
+func (g *Gateway) httpAudit(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
+	if !knownQuery(w, r, "limit", "cursor", "shard") {
+		return
+	}
+	limit, e := intQuery(r, "limit", 1, weights.MaxAuditLimit)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	shard := -1
+	if s := r.URL.Query().Get("shard"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 || n >= len(g.shards) {
+			writeError(w, api.Invalid("shard", "shard must be a shard index from 0 to %d, got %q", len(g.shards)-1, s))
+			return
+		}
+		shard = n
+	}
+	page, e := g.auditPage(r.Context(), r.URL.Query().Get("cursor"), limit, shard)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (g *Gateway) httpGetAdmission(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
+	if !knownQuery(w, r) {
+		return
+	}
+	v, e := g.admissionView(r.Context())
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// httpPutAdmission changes the admission configuration. Every refusal of a
+// known token (403 without config:write, 413, 400) is written to the audit
+// log on shard 0 with the token's name; unknown tokens get 401 unaudited.
+func (g *Gateway) httpPutAdmission(w http.ResponseWriter, r *http.Request) {
+	p, ok := g.principal(w, r)
+	if !ok {
+		return
+	}
+	refuse := func(body []byte, e *api.Error) {
+		if err := tenantcap.RecordRefusal(r.Context(), g.shards[0], p.Name, body, e); err != nil {
+			g.log.Warn("admission: cannot audit a refused change", "actor", p.Name, "err", err)
+		}
+		writeError(w, e)
+	}
+	if !knownQuery(w, r) {
+		return
+	}
+	body, e := g.readBody(w, r)
+	if !p.Has(auth.ConfigWrite) {
+		refuse(body, api.NewError(api.CodePermissionDenied, "token %q lacks the %s privilege", p.Name, auth.ConfigWrite))
+		return
+	}
+	if e != nil {
+		refuse(nil, e)
+		return
+	}
+	// ApplyPut audits its own refusals (400).
+	if _, e := g.putAdmission(r.Context(), p.Name, body); e != nil {
+		writeError(w, e)
+		return
+	}
+	v, e := g.admissionView(r.Context())
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (g *Gateway) httpUsage(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	if !knownQuery(w, r) {
+		return
+	}
+	home := g.home(p.Tenant)
+	u, err := g.adm.adm.Usage(r.Context(), g.shards[home], p.Tenant)
+	if err != nil {
+		writeError(w, g.apiError(err, home, "usage"))
+		return
+	}
+	writeJSON(w, http.StatusOK, u)
+}

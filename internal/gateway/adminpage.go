@@ -1,0 +1,417 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
+	"github.com/harvest-run/harvest/pkg/weights"
+)
+
+// The administration page: a few server-rendered pages (html/template,
+// embedded) behind a sign-in with a bearer token.
+//
+//	GET  /admin            the page, or the sign-in form without a session
+//	POST /admin/login      sign in (form: token, csrf)
+//	POST /admin/admission  save algorithm and TFM (form: algorithm, tfm, csrf)
+//	POST /admin/logout     sign out (form: csrf)
+//
+// Sessions: see session.go. CSRF: the sign-in form carries a random value
+// that must match a short-lived cookie of the same value (double submit);
+// once signed in, every form carries the session's own CSRF token, checked
+// on every POST. Cookies are HttpOnly and SameSite=Strict, and Secure when
+// the request came over TLS.
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+const (
+	sessionCookie = "harvest_admin"
+	loginCookie   = "harvest_admin_login"
+	// maxFormBytes bounds the forms of the page.
+	maxFormBytes = 16 << 10
+	// Bounds of what the page lists.
+	pageQueues = 50
+	pageAudit  = 20
+)
+
+var adminTemplates = func() map[string]*template.Template {
+	funcs := template.FuncMap{
+		"fmtFloat": func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) },
+		"deref":    func(p *int) int { return *p },
+	}
+	out := map[string]*template.Template{}
+	for _, page := range []string{"signin", "refused", "dashboard"} {
+		out[page] = template.Must(template.New("").Funcs(funcs).ParseFS(templateFiles,
+			"templates/layout.html", "templates/"+page+".html"))
+	}
+	return out
+}()
+
+func (g *Gateway) pageRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /admin", g.pageAdmin)
+	mux.HandleFunc("GET /admin/{$}", g.pageAdmin)
+	mux.HandleFunc("POST /admin/login", g.pageLogin)
+	mux.HandleFunc("POST /admin/admission", g.pageSave)
+	mux.HandleFunc("POST /admin/logout", g.pageLogout)
+}
+
+// pageData is what every page template sees.
+type pageData struct {
+	Title      string
+	Nonce      string
+	SignedIn   bool
+	Actor      string
+	CSRF       string
+	Error      string
+	SessionTTL string
+
+	// Dashboard only.
+	Saved            bool
+	View             tenantcap.AdmissionView
+	Algorithms       []algoChoice
+	TFMInput         string
+	Tenants          []tenantRow
+	Queues           []queueRow
+	QueuesTruncated  bool
+	Audit            []auditRow
+	AuditUnavailable []int
+}
+
+type algoChoice struct {
+	Value    string
+	Label    string
+	Selected bool
+	Note     string
+}
+
+type tenantRow struct {
+	Name    string
+	Running int
+}
+
+type queueRow struct {
+	Queue       string
+	Overrides   []weights.Override
+	Uniform     bool
+	Unavailable []int
+}
+
+type auditRow struct {
+	When, Actor, Action, Where, NewValue, Outcome, Message string
+	Shard                                                  int
+}
+
+// render writes one page with headers that keep it out of caches and
+// frames and allow only its own inline style and script (by nonce).
+func (g *Gateway) render(w http.ResponseWriter, status int, page string, d pageData) {
+	d.Nonce = randomToken()
+	d.SessionTTL = g.cfg.AdminSession.String()
+	var buf bytes.Buffer
+	if err := adminTemplates[page].ExecuteTemplate(&buf, "layout", d); err != nil {
+		g.log.Error("admin page: render", "page", page, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Content-Security-Policy", fmt.Sprintf(
+		"default-src 'none'; style-src 'nonce-%s'; script-src 'nonce-%s'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+		d.Nonce, d.Nonce))
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{
+		Name: name, Value: value, Path: "/admin", MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+	})
+}
+
+// signIn shows the sign-in form with a fresh double-submit CSRF value.
+func (g *Gateway) signIn(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	csrf := randomToken()
+	setCookie(w, r, loginCookie, csrf, 600)
+	g.render(w, status, "signin", pageData{Title: "Sign in", CSRF: csrf, Error: msg})
+}
+
+// refused shows the 403 page: nothing of the configuration.
+func (g *Gateway) refused(w http.ResponseWriter, msg string) {
+	g.render(w, http.StatusForbidden, "refused", pageData{Title: "Access refused", Error: msg})
+}
+
+// current returns the request's live session and its principal. A session
+// whose token no longer authenticates is ended. ok is false when there is
+// no usable session.
+func (g *Gateway) current(r *http.Request) (*session, auth.Principal, bool) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return nil, auth.Principal{}, false
+	}
+	sess, ok := g.sessions.get(c.Value)
+	if !ok {
+		return nil, auth.Principal{}, false
+	}
+	p, err := g.tokens.Authenticate(sess.secret)
+	if err != nil {
+		g.sessions.remove(sess.id)
+		return nil, auth.Principal{}, false
+	}
+	return sess, p, true
+}
+
+func (g *Gateway) pageAdmin(w http.ResponseWriter, r *http.Request) {
+	sess, p, ok := g.current(r)
+	if !ok {
+		msg := ""
+		if _, err := r.Cookie(sessionCookie); err == nil {
+			msg = "Your session has ended; sign in again."
+			setCookie(w, r, sessionCookie, "", -1)
+		}
+		g.signIn(w, r, http.StatusOK, msg)
+		return
+	}
+	if !p.Has(auth.ConfigRead) {
+		g.sessions.remove(sess.id)
+		setCookie(w, r, sessionCookie, "", -1)
+		g.refused(w, fmt.Sprintf("Token %q lacks the config:read privilege.", p.Name))
+		return
+	}
+	g.dashboard(w, r, http.StatusOK, sess, p, r.URL.Query().Get("saved") == "1", "", nil)
+}
+
+// parseForm reads a small urlencoded form.
+func parseForm(w http.ResponseWriter, r *http.Request) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "bad form", http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func (g *Gateway) pageLogin(w http.ResponseWriter, r *http.Request) {
+	if !parseForm(w, r) {
+		return
+	}
+	c, err := r.Cookie(loginCookie)
+	if err != nil || !sameToken(r.PostForm.Get("csrf"), c.Value) {
+		g.signIn(w, r, http.StatusForbidden, "The sign-in form expired or did not come from this page; try again.")
+		return
+	}
+	secret := strings.TrimSpace(r.PostForm.Get("token"))
+	p, err := g.tokens.Authenticate(secret)
+	if secret == "" || err != nil {
+		g.signIn(w, r, http.StatusUnauthorized, "Unknown token.")
+		return
+	}
+	setCookie(w, r, loginCookie, "", -1)
+	if !p.Has(auth.ConfigRead) {
+		g.refused(w, fmt.Sprintf("Token %q lacks the config:read privilege: the administration page is for administrators only.", p.Name))
+		return
+	}
+	sess := g.sessions.create(secret)
+	setCookie(w, r, sessionCookie, sess.id, int(g.cfg.AdminSession/time.Second))
+	http.Redirect(w, r, "/admin", http.StatusSeeOther)
+}
+
+// postSession checks the session and the CSRF token of a signed-in form.
+func (g *Gateway) postSession(w http.ResponseWriter, r *http.Request) (*session, auth.Principal, bool) {
+	if !parseForm(w, r) {
+		return nil, auth.Principal{}, false
+	}
+	sess, p, ok := g.current(r)
+	if !ok {
+		setCookie(w, r, sessionCookie, "", -1)
+		g.signIn(w, r, http.StatusUnauthorized, "Your session has ended; sign in again.")
+		return nil, auth.Principal{}, false
+	}
+	if !sameToken(r.PostForm.Get("csrf"), sess.csrf) {
+		g.refused(w, "The form did not come from this session (CSRF check failed); reload the page and try again.")
+		return nil, auth.Principal{}, false
+	}
+	return sess, p, true
+}
+
+func (g *Gateway) pageLogout(w http.ResponseWriter, r *http.Request) {
+	sess, _, ok := g.postSession(w, r)
+	if !ok {
+		return
+	}
+	g.sessions.remove(sess.id)
+	setCookie(w, r, sessionCookie, "", -1)
+	http.Redirect(w, r, "/admin", http.StatusSeeOther)
+}
+
+// pageSave applies the form through the same path as PUT /v1/admission,
+// audited with the token's name.
+func (g *Gateway) pageSave(w http.ResponseWriter, r *http.Request) {
+	sess, p, ok := g.postSession(w, r)
+	if !ok {
+		return
+	}
+	if !p.Has(auth.ConfigRead) {
+		g.sessions.remove(sess.id)
+		g.refused(w, fmt.Sprintf("Token %q lacks the config:read privilege.", p.Name))
+		return
+	}
+	algo := r.PostForm.Get("algorithm")
+	tfmText := strings.TrimSpace(r.PostForm.Get("tfm"))
+	put := map[string]any{"algorithm": algo}
+	if v, err := strconv.ParseFloat(tfmText, 64); err == nil && !isNaNOrInf(v) {
+		put["tfm"] = v
+	} else {
+		put["tfm"] = tfmText // refused (and audited) as not a number
+	}
+	body, _ := json.Marshal(put)
+	form := map[string]string{"algorithm": algo, "tfm": tfmText}
+	if !p.Has(auth.ConfigWrite) {
+		e := api.NewError(api.CodePermissionDenied, "token %q lacks the %s privilege", p.Name, auth.ConfigWrite)
+		if err := tenantcap.RecordRefusal(r.Context(), g.shards[0], p.Name, body, e); err != nil {
+			g.log.Warn("admission: cannot audit a refused change", "actor", p.Name, "err", err)
+		}
+		g.dashboard(w, r, http.StatusForbidden, sess, p, false, "Not saved: "+e.Message+".", form)
+		return
+	}
+	if _, e := g.putAdmission(r.Context(), p.Name, body); e != nil {
+		msg := e.Message
+		if e.Field != "" && !strings.HasPrefix(msg, e.Field) {
+			msg = e.Field + ": " + msg
+		}
+		g.dashboard(w, r, e.Status, sess, p, false, "Not saved: "+msg, form)
+		return
+	}
+	http.Redirect(w, r, "/admin?saved=1", http.StatusSeeOther)
+}
+
+func isNaNOrInf(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
+
+// algorithmNotes explain what the TFM does under each algorithm, with the
+// figures in force.
+func algorithmNotes(v tenantcap.AdmissionView, tfm float64) map[tenantcap.Algorithm]string {
+	tenants := max(v.Tenants, 1)
+	static, _ := tenantcap.Limit(tenantcap.Config{Algorithm: tenantcap.Static, TFM: tfm}, v.MaxRuns, v.Tenants, v.RunningTotal)
+	dynamic, _ := tenantcap.Limit(tenantcap.Config{Algorithm: tenantcap.Dynamic, TFM: tfm}, v.MaxRuns, v.Tenants, v.RunningTotal)
+	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	return map[tenantcap.Algorithm]string{
+		tenantcap.NoLimit: fmt.Sprintf("No-Limit: the TFM has no effect. A tenant may start runs until all %d Max Workflow Runs are in use. Suits one or two tenants.", v.MaxRuns),
+		tenantcap.Static: fmt.Sprintf("Static: each tenant may hold at most floor(Max Workflow Runs × TFM ÷ registered tenants) runs: floor(%d × %s ÷ %d) = %d now. "+
+			"TFM 1 is an equal share; 3 to 4 lets a lone busy tenant use far more of the system, at the risk of crowding when several are busy.",
+			v.MaxRuns, f(tfm), tenants, static),
+		tenantcap.Dynamic: fmt.Sprintf("Dynamic: a tenant may start a run while it holds fewer than TFM × (Max Workflow Runs − runs in flight): %s × (%d − %d), a limit of %d now. "+
+			"The limit shrinks as the system fills, so light users still get in while heavy users wait. Recommended TFM: 3.",
+			f(tfm), v.MaxRuns, v.RunningTotal, dynamic),
+	}
+}
+
+// dashboard renders the page for a signed-in administrator. form, when
+// set, keeps the values of a form that was not saved.
+func (g *Gateway) dashboard(w http.ResponseWriter, r *http.Request, status int, sess *session, p auth.Principal, saved bool, errMsg string, form map[string]string) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	d := pageData{Title: "Administration", SignedIn: true, Actor: p.Name, CSRF: sess.csrf, Saved: saved, Error: errMsg}
+	view, e := g.admissionView(ctx)
+	if e != nil {
+		cur := g.adm.watcher.Current()
+		view = tenantcap.AdmissionView{Algorithm: cur.Algorithm, TFM: cur.TFM, MaxRuns: g.adm.adm.MaxRuns(), MaxRunsReadOnly: true}
+		d.Error = strings.TrimSpace(d.Error + " Counts unavailable: " + e.Message)
+	}
+	d.View = view
+	selected, tfm := string(view.Algorithm), view.TFM
+	d.TFMInput = strconv.FormatFloat(view.TFM, 'g', -1, 64)
+	if form != nil {
+		selected, d.TFMInput = form["algorithm"], form["tfm"]
+		if v, err := strconv.ParseFloat(form["tfm"], 64); err == nil && v > 0 {
+			tfm = v
+		}
+	}
+	notes := algorithmNotes(view, tfm)
+	for _, a := range tenantcap.Algorithms() {
+		d.Algorithms = append(d.Algorithms, algoChoice{Value: string(a), Label: a.Label(), Selected: string(a) == selected, Note: notes[a]})
+	}
+	for t, n := range view.Running {
+		d.Tenants = append(d.Tenants, tenantRow{Name: t, Running: n})
+	}
+	sort.Slice(d.Tenants, func(i, j int) bool { return d.Tenants[i].Name < d.Tenants[j].Name })
+	d.Queues, d.QueuesTruncated = g.overrideQueues(ctx)
+	if page, e := g.auditPage(ctx, "", pageAudit, -1); e == nil {
+		d.AuditUnavailable = page.UnavailableShards
+		for _, a := range page.Entries {
+			row := auditRow{When: a.At.UTC().Format("2006-01-02 15:04:05"), Shard: a.Shard, Actor: a.Actor, Action: a.Action,
+				NewValue: string(a.NewValue), Outcome: a.Outcome, Message: a.Message}
+			if a.Queue != nil {
+				row.Where = *a.Queue
+				if a.Key != nil {
+					row.Where += " / " + *a.Key
+				}
+			}
+			d.Audit = append(d.Audit, row)
+		}
+	}
+	g.render(w, status, "dashboard", d)
+}
+
+// overrideQueues lists the queues that hold weight overrides on any shard
+// (at most pageQueues) with their overrides as GET /v1/queues/{q}/weights
+// reports them.
+func (g *Gateway) overrideQueues(ctx context.Context) ([]queueRow, bool) {
+	names := map[string]bool{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, pool := range g.shards {
+		wg.Go(func() {
+			rows, err := pool.Query(ctx, `SELECT DISTINCT queue FROM weight_overrides ORDER BY queue LIMIT $1`, pageQueues+1)
+			if err != nil {
+				return
+			}
+			qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			for _, q := range qs {
+				names[q] = true
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	list := sortedKeys(names)
+	truncated := len(list) > pageQueues
+	if truncated {
+		list = list[:pageQueues]
+	}
+	out := make([]queueRow, len(list))
+	for i, q := range list {
+		wg.Go(func() {
+			out[i] = queueRow{Queue: q, Uniform: true}
+			res, err := weights.Get(ctx, g.weightShards(), q)
+			if err != nil {
+				return
+			}
+			out[i].Overrides, out[i].Uniform, out[i].Unavailable = res.Overrides, res.WeightsUniform, res.UnavailableShards
+		})
+	}
+	wg.Wait()
+	return out, truncated
+}

@@ -1,0 +1,221 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/pkg/tenantcap"
+)
+
+// fakeClock is a settable clock for session expiry.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// browser is an HTTP client with cookies that does not follow redirects.
+type browser struct {
+	t    *testing.T
+	base string
+	hc   *http.Client
+}
+
+func newBrowser(t *testing.T, base string) *browser {
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	return &browser{t: t, base: base, hc: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}}
+}
+
+func (br *browser) get(path string) (int, string) {
+	resp, err := br.hc.Get(br.base + path)
+	require.NoError(br.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(br.t, err)
+	return resp.StatusCode, string(b)
+}
+
+func (br *browser) post(path string, form url.Values) (int, string, string) {
+	resp, err := br.hc.PostForm(br.base+path, form)
+	require.NoError(br.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(br.t, err)
+	return resp.StatusCode, resp.Header.Get("Location"), string(b)
+}
+
+var csrfRe = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func csrfOf(t *testing.T, page string) string {
+	t.Helper()
+	m := csrfRe.FindStringSubmatch(page)
+	require.NotNil(t, m, page)
+	return m[1]
+}
+
+// The /admin page: sign-in with CSRF, refusal of a token without
+// config:read (nothing shown), saving through the PUT /v1/admission path
+// (audited with the token's name), CSRF checked on every form, session
+// expiry on the injected clock, sign-out, and the cookie's attributes.
+func TestAdminPageSessions(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+	b := setup(t, setupOpts{Now: clock.Now})
+	br := newBrowser(t, b.srv.URL)
+
+	status, page := br.get("/admin")
+	require.Equal(t, 200, status)
+	require.Contains(t, page, `action="/admin/login"`)
+	require.NotContains(t, page, "Max Workflow Runs")
+	require.NotEmpty(t, csrfOf(t, page))
+
+	// Without the form's CSRF value: refused.
+	status, _, page = br.post("/admin/login", url.Values{"token": {secretRoot}, "csrf": {"forged"}})
+	require.Equal(t, 403, status)
+	require.NotContains(t, page, "Max Workflow Runs")
+	login := csrfOf(t, page)
+
+	// A tenant's token, and an administrator without config:read: refused,
+	// nothing of the configuration shown, no session.
+	for _, secret := range []string{secretA, secretWRead} {
+		status, _, page = br.post("/admin/login", url.Values{"token": {secret}, "csrf": {login}})
+		require.Equal(t, 403, status, page)
+		require.Contains(t, page, "lacks the config:read privilege")
+		require.NotContains(t, page, "Max Workflow Runs")
+		require.NotContains(t, page, "Algorithm")
+		status, page = br.get("/admin")
+		require.Equal(t, 200, status)
+		require.Contains(t, page, `action="/admin/login"`)
+		login = csrfOf(t, page)
+	}
+	status, _, page = br.post("/admin/login", url.Values{"token": {"nope"}, "csrf": {login}})
+	require.Equal(t, 401, status)
+	require.Contains(t, page, "Unknown token")
+	login = csrfOf(t, page)
+
+	// The administrator signs in.
+	resp, err := br.hc.PostForm(b.srv.URL+"/admin/login", url.Values{"token": {secretRoot}, "csrf": {login}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 303, resp.StatusCode)
+	var cookie *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == sessionCookie {
+			cookie = c
+		}
+	}
+	require.NotNil(t, cookie)
+	require.True(t, cookie.HttpOnly)
+	require.Equal(t, http.SameSiteStrictMode, cookie.SameSite)
+	require.Equal(t, 1800, cookie.MaxAge)
+	require.NotContains(t, cookie.Value, secretRoot)
+
+	status, page = br.get("/admin")
+	require.Equal(t, 200, status)
+	for _, s := range []string{"Max Workflow Runs", `value="128" readonly`, "No-Limit", "Static", "Dynamic", "TFM", "signed in as <strong>root</strong>", "Running per tenant", "Weight overrides", "Latest audit rows"} {
+		require.Contains(t, page, s)
+	}
+	csrf := csrfOf(t, page)
+
+	// Saving with a wrong CSRF token changes nothing.
+	status, _, _ = br.post("/admin/admission", url.Values{"algorithm": {"dynamic"}, "tfm": {"3"}, "csrf": {"wrong"}})
+	require.Equal(t, 403, status)
+	require.Equal(t, tenantcap.NoLimit, b.gw.adm.watcher.Config().Algorithm)
+
+	// A bad TFM is refused (400) with the typed values kept.
+	status, _, page = br.post("/admin/admission", url.Values{"algorithm": {"dynamic"}, "tfm": {"-2"}, "csrf": {csrf}})
+	require.Equal(t, 400, status)
+	require.Contains(t, page, "tfm must be a positive finite number")
+	require.Contains(t, page, `value="-2"`)
+
+	status, loc, _ := br.post("/admin/admission", url.Values{"algorithm": {"dynamic"}, "tfm": {"3"}, "csrf": {csrf}})
+	require.Equal(t, 303, status)
+	require.Equal(t, "/admin?saved=1", loc)
+	status, page = br.get(loc)
+	require.Equal(t, 200, status)
+	require.Contains(t, page, "Saved: algorithm Dynamic, TFM 3")
+	require.Contains(t, page, `<option value="dynamic" selected>Dynamic</option>`)
+	require.Equal(t, tenantcap.Config{Algorithm: tenantcap.Dynamic, TFM: 3}, b.gw.adm.watcher.Config())
+	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM audit WHERE action = 'admission.set' AND actor = 'root' AND outcome = 'ok'`))
+	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM audit WHERE action = 'admission.set' AND actor = 'root' AND outcome = 'refused'`))
+
+	// The session ends 30 minutes after sign-in.
+	clock.Add(29 * time.Minute)
+	status, page = br.get("/admin")
+	require.Equal(t, 200, status)
+	require.Contains(t, page, "Max Workflow Runs")
+	clock.Add(2 * time.Minute)
+	status, page = br.get("/admin")
+	require.Equal(t, 200, status)
+	require.Contains(t, page, "Your session has ended")
+	require.NotContains(t, page, "Max Workflow Runs")
+	status, _, page = br.post("/admin/admission", url.Values{"algorithm": {"static"}, "tfm": {"1"}, "csrf": {csrf}})
+	require.Equal(t, 401, status)
+	require.Contains(t, page, `action="/admin/login"`)
+	require.Equal(t, tenantcap.Dynamic, b.gw.adm.watcher.Config().Algorithm)
+
+	// Sign in again (ops: config:read only), then sign out.
+	login = csrfOf(t, page)
+	status, _, _ = br.post("/admin/login", url.Values{"token": {secretAdmin}, "csrf": {login}})
+	require.Equal(t, 303, status)
+	status, page = br.get("/admin")
+	require.Equal(t, 200, status)
+	csrf = csrfOf(t, page)
+	// Without config:write, saving is refused and audited.
+	status, _, page = br.post("/admin/admission", url.Values{"algorithm": {"static"}, "tfm": {"1"}, "csrf": {csrf}})
+	require.Equal(t, 403, status)
+	require.Contains(t, page, "lacks the config:write privilege")
+	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM audit WHERE actor = 'ops' AND outcome = 'refused'`))
+	status, _, _ = br.post("/admin/logout", url.Values{"csrf": {"wrong"}})
+	require.Equal(t, 403, status, "sign-out checks CSRF too")
+	status, loc, _ = br.post("/admin/logout", url.Values{"csrf": {csrf}})
+	require.Equal(t, 303, status)
+	require.Equal(t, "/admin", loc)
+	status, page = br.get("/admin")
+	require.Equal(t, 200, status)
+	require.Contains(t, page, `action="/admin/login"`)
+	require.True(t, strings.Contains(page, "Sign in"))
+}
+
+// The page lists weight overrides per queue and the latest audit rows.
+func TestAdminPageShowsOverridesAndAudit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	c := b.client(t, secretRoot)
+	_, err := c.SetWeight(b.ctx, "orders.eu", "vip", 4)
+	require.NoError(t, err)
+	fillRuns(t, b, tenantOn[1], 2)
+	br := newBrowser(t, b.srv.URL)
+	_, page := br.get("/admin")
+	status, _, _ := br.post("/admin/login", url.Values{"token": {secretAdmin}, "csrf": {csrfOf(t, page)}})
+	require.Equal(t, 303, status)
+	status, page = br.get("/admin")
+	require.Equal(t, 200, status)
+	require.Regexp(t, `<td>orders.eu</td><td>vip</td><td class="num">4</td>`, page)
+	require.Regexp(t, `<td>`+tenantOn[1]+`</td><td class="num">2</td>`, page)
+	require.Contains(t, page, "weight.set")
+	require.Contains(t, page, "<td>root</td>")
+}

@@ -1,0 +1,96 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"time"
+
+	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
+)
+
+// Config is the gateway's environment (prefix HARVEST_). Load it with
+// config.Load and check it with Validate.
+type Config struct {
+	config.Common
+	// Settings are the admission knobs: HARVEST_MAX_RUNS (the read-only
+	// system limit), HARVEST_ADMISSION_REFRESH, HARVEST_ADMISSION_RELOAD.
+	tenantcap.Settings
+
+	Addr           string        `envconfig:"GATEWAY_ADDR" default:":8080" desc:"HTTP listen address"`
+	TokensFile     string        `envconfig:"GATEWAY_TOKENS_FILE" desc:"path of the bearer tokens file (JSON); empty refuses every HTTP call that needs a token"`
+	TokensPoll     time.Duration `envconfig:"GATEWAY_TOKENS_POLL" default:"2s" desc:"how often the tokens file is checked for changes (SIGHUP reloads at once)"`
+	MaxBodyBytes   int64         `envconfig:"GATEWAY_MAX_BODY_BYTES" default:"1048576" desc:"largest request body (HTTP) or message (NATS) accepted; larger ones get 413"`
+	KeyBinding     bool          `envconfig:"GATEWAY_KEY_BINDING" default:"false" desc:"bind fairness keys to the tenant: no key becomes <tenant>, key k becomes <tenant>/k"`
+	SubjectPrefix  string        `envconfig:"GATEWAY_SUBJECT_PREFIX" default:"harvest" desc:"first token(s) of every NATS subject"`
+	QueueGroup     string        `envconfig:"GATEWAY_QUEUE_GROUP" default:"harvest-gateways" desc:"NATS queue group the gateways share for start requests"`
+	NATSOwnInbox   bool          `envconfig:"GATEWAY_NATS_OWN_INBOX" default:"false" desc:"refuse NATS starts whose reply subject is not under the tenant's own inbox prefix (_INBOX_<tenant>.)"`
+	NATSInflight   int           `envconfig:"GATEWAY_NATS_INFLIGHT" default:"1024" desc:"NATS start requests handled at once; more wait in the client library"`
+	MaxWait        time.Duration `envconfig:"GATEWAY_MAX_WAIT" default:"60s" desc:"longest ?wait= of GET /v1/runs/{id}"`
+	WaitPoll       time.Duration `envconfig:"GATEWAY_WAIT_POLL" default:"500ms" desc:"how often a ?wait= request rereads the run besides listening for its NATS event"`
+	PoolSize       int32         `envconfig:"GATEWAY_POOL_SIZE" default:"8" desc:"Postgres connections per shard"`
+	ConnectTimeout time.Duration `envconfig:"GATEWAY_CONNECT_TIMEOUT" default:"3s" desc:"how long to try reaching a shard before answering 503"`
+	GroupMax       int           `envconfig:"GATEWAY_GROUP_MAX" default:"48" desc:"most starts committed in one transaction (group commit)"`
+	GroupFlushers  int           `envconfig:"GATEWAY_GROUP_FLUSHERS" default:"2" desc:"start transactions in flight per shard"`
+	GroupLinger    time.Duration `envconfig:"GATEWAY_GROUP_LINGER" default:"0s" desc:"extra wait for more starts before a group commits (0: take what queued up during the previous commit)"`
+	AdminSession   time.Duration `envconfig:"GATEWAY_ADMIN_SESSION" default:"30m" desc:"lifetime of a sign-in to the /admin page (sessions live in the memory of the gateway that made them)"`
+}
+
+var prefixRe = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
+
+// Validate checks the settings; each error names its variable.
+func (c Config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return fmt.Errorf("HARVEST_GATEWAY_ADDR: %q is not host:port: %v", c.Addr, err)
+	}
+	var errs []error
+	if err := c.Settings.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.TokensPoll > 0, "HARVEST_GATEWAY_TOKENS_POLL: must be positive, got %s", c.TokensPoll)
+	check(c.MaxBodyBytes >= 1024, "HARVEST_GATEWAY_MAX_BODY_BYTES: must be at least 1024, got %d", c.MaxBodyBytes)
+	check(prefixRe.MatchString(c.SubjectPrefix), "HARVEST_GATEWAY_SUBJECT_PREFIX: %q: use dot-separated tokens of A-Z, a-z, 0-9, '_' and '-'", c.SubjectPrefix)
+	check(c.QueueGroup != "", "HARVEST_GATEWAY_QUEUE_GROUP: must not be empty")
+	check(c.NATSInflight >= 1, "HARVEST_GATEWAY_NATS_INFLIGHT: must be at least 1, got %d", c.NATSInflight)
+	check(c.MaxWait > 0, "HARVEST_GATEWAY_MAX_WAIT: must be positive, got %s", c.MaxWait)
+	check(c.WaitPoll > 0, "HARVEST_GATEWAY_WAIT_POLL: must be positive, got %s", c.WaitPoll)
+	check(c.PoolSize >= 1, "HARVEST_GATEWAY_POOL_SIZE: must be at least 1, got %d", c.PoolSize)
+	check(c.ConnectTimeout > 0, "HARVEST_GATEWAY_CONNECT_TIMEOUT: must be positive, got %s", c.ConnectTimeout)
+	check(c.GroupMax >= 1 && c.GroupMax <= 60, "HARVEST_GATEWAY_GROUP_MAX: must be from 1 to 60 (PostgreSQL caches 64 subtransactions), got %d", c.GroupMax)
+	check(c.GroupFlushers >= 1, "HARVEST_GATEWAY_GROUP_FLUSHERS: must be at least 1, got %d", c.GroupFlushers)
+	check(c.AdminSession >= time.Minute && c.AdminSession <= 24*time.Hour, "HARVEST_GATEWAY_ADMIN_SESSION: must be from 1m to 24h, got %s", c.AdminSession)
+	check(c.GroupLinger >= 0 && c.GroupLinger <= 50*time.Millisecond, "HARVEST_GATEWAY_GROUP_LINGER: must be from 0 to 50ms, got %s", c.GroupLinger)
+	return errors.Join(errs...)
+}
+
+// DefaultConfig returns the defaults with the given shards, for tests and
+// embedding (harvest dev, benchmarks).
+func DefaultConfig(shards []string, natsURL string) Config {
+	return Config{
+		Common:         config.Common{Shards: shards, NATSURL: natsURL},
+		Settings:       tenantcap.DefaultSettings(),
+		Addr:           ":8080",
+		TokensPoll:     2 * time.Second,
+		MaxBodyBytes:   1 << 20,
+		SubjectPrefix:  "harvest",
+		QueueGroup:     "harvest-gateways",
+		NATSInflight:   1024,
+		MaxWait:        60 * time.Second,
+		WaitPoll:       500 * time.Millisecond,
+		PoolSize:       8,
+		ConnectTimeout: 3 * time.Second,
+		GroupMax:       48,
+		GroupFlushers:  2,
+		AdminSession:   30 * time.Minute,
+	}
+}

@@ -1,0 +1,25 @@
+// Package gateway is the door through which runs enter Harvest: an HTTP
+// API and a NATS request-reply service that start, read, list and cancel
+// runs, each on the tenant's home shard.
+//
+// A gateway keeps no state of its own. Every start is checked (strict JSON,
+// the rules of api.StartRequest, an optional key binding and authorizer
+// hook), routed to the home shard of its tenant, and written there by a
+// runstore.Committer, which gathers concurrent starts into shared
+// transactions (group commit) with a savepoint per start. Once a group has
+// committed, the gateway publishes a wake-up for each queue that got work
+// and a dispatch for each new task whose queue had no backlog; a publish
+// that fails costs latency, never a start.
+//
+// Every new run passes tenant admission inside its start transaction
+// (pkg/tenantcap: the read-only system limit HARVEST_MAX_RUNS and the
+// algorithm and TFM stored on shard 0, watched over NATS). Operators manage
+// weight overrides, quotas, admission and the audit log through the routes
+// of admin_routes.go, or in a browser at /admin (adminpage.go).
+//
+// Over HTTP the caller is known by its bearer token (internal/auth); over
+// NATS the tenant is the last token of the subject and the NATS server's
+// permissions (internal/natsauth) decide who may publish there. Both
+// transports answer with the same JSON: the run, or {"error": {...}} with
+// the HTTP status inside.
+package gateway

@@ -1,0 +1,49 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/harvest-run/harvest/internal/runstore"
+	"github.com/harvest-run/harvest/pkg/api"
+)
+
+// apiError turns an error of the start, read, list or cancel paths into the
+// API error the caller gets. Errors with no meaning for the caller are
+// logged and answered with a bare 500.
+func (g *Gateway) apiError(err error, shard int, what string) *api.Error {
+	var ae *api.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, runstore.ErrConflict):
+		return api.NewError(api.CodeConflict, "a run with this id exists with a different request; use a new id, or send the same request again")
+	case errors.Is(err, runstore.ErrNotFound):
+		return api.NewError(api.CodeNotFound, "no such run")
+	case errors.Is(err, runstore.ErrFinished):
+		return api.NewError(api.CodeConflict, "the run has already finished")
+	case errors.Is(err, runstore.ErrBadCursor):
+		return api.Invalid("cursor", "cursor is not one this API returned")
+	case errors.Is(err, runstore.ErrClosed):
+		return api.NewError(api.CodeUnavailable, "the gateway is shutting down; try again")
+	case errors.Is(err, context.Canceled):
+		return api.NewError(api.CodeUnavailable, "the request was cancelled before it finished")
+	case runstore.Unavailable(err):
+		g.log.Warn("gateway: shard unavailable", "shard", shard, "op", what, "err", err)
+		return api.NewError(api.CodeUnavailable, "shard %d is unavailable; try again later", shard)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && len(pe.Code) == 5 && pe.Code[:2] == "22" {
+		// A data exception: a value the database cannot hold.
+		if pe.Code == "22P05" {
+			return api.Invalid("input", "input holds a character the database cannot store (\\u0000)")
+		}
+		return api.NewError(api.CodeInvalidArgument, "a value of the request cannot be stored: %s", pe.Message)
+	}
+	g.log.Error("gateway: internal error", "shard", shard, "op", what, "err", err)
+	return api.NewError(api.CodeInternal, "internal error (%s)", what)
+}

@@ -1,0 +1,212 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/exaring/otelpgx"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/sourcegraph/conc"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/internal/runstore"
+	"github.com/harvest-run/harvest/pkg/dispatch"
+)
+
+// instrumentation is the name of the gateway's tracer and meter.
+const instrumentation = "github.com/harvest-run/harvest/internal/gateway"
+
+// Options are what a Gateway is made of besides its Config.
+type Options struct {
+	Config Config
+	// Tokens authenticates HTTP callers. Nil refuses every call that needs
+	// a token (401).
+	Tokens *auth.Store
+	// NATS is the connection the start service listens on and wake-ups,
+	// dispatches and run events go out on. Nil: no NATS service and no
+	// publishes (workers then find work by polling).
+	NATS *nats.Conn
+	// Authorizer, when set, may refuse any start.
+	Authorizer Authorizer
+	// Admitter, when set, replaces the gateway's own admission (pkg/tenantcap
+	// configured by HARVEST_MAX_RUNS and the admission settings on shard 0)
+	// inside each start's transaction. Tests use it; a deployment leaves it
+	// nil.
+	Admitter Admitter
+	// Now is the clock of the /admin sessions; nil means time.Now.
+	Now func() time.Time
+	// Metrics, when set, is served at GET /metrics.
+	Metrics http.Handler
+	// Logger receives the gateway's log lines; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Gateway serves starts and run reads over HTTP and NATS.
+type Gateway struct {
+	cfg      Config
+	tokens   *auth.Store
+	nc       *nats.Conn
+	authz    Authorizer
+	metrics  http.Handler
+	log      *slog.Logger
+	subjects dispatch.Subjects
+
+	shards     []*pgxpool.Pool
+	committers []*runstore.Committer
+
+	adm      *admission
+	sessions *sessionStore
+
+	tracer   trace.Tracer
+	meter    metric.Meter
+	starts   metric.Int64Counter
+	duration metric.Float64Histogram
+	groups   metric.Int64Histogram
+
+	natsMu   sync.Mutex
+	subs     []*nats.Subscription
+	inflight chan struct{}
+	handlers conc.WaitGroup
+
+	closeOnce sync.Once
+}
+
+// New makes a gateway: one connection pool and one group committer per
+// shard. Pools connect lazily, so a shard that is down at start makes only
+// its tenants' calls fail (503), not the gateway. Call ServeNATS to take
+// NATS starts, Handler for the HTTP API, and Close at the end.
+func New(opts Options) (*Gateway, error) {
+	cfg := opts.Config
+	if len(cfg.Shards) == 0 {
+		return nil, errors.New("gateway: no shards (HARVEST_SHARDS)")
+	}
+	g := &Gateway{
+		cfg:      cfg,
+		tokens:   opts.Tokens,
+		nc:       opts.NATS,
+		authz:    opts.Authorizer,
+		metrics:  opts.Metrics,
+		log:      opts.Logger,
+		subjects: dispatch.Subjects{Prefix: cfg.SubjectPrefix},
+		tracer:   otel.Tracer(instrumentation),
+		inflight: make(chan struct{}, max(cfg.NATSInflight, 1)),
+	}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	if g.tokens == nil {
+		g.tokens = auth.NewStore(nil)
+	}
+	if err := g.initMetrics(); err != nil {
+		return nil, err
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	g.sessions = newSessionStore(cfg.AdminSession, now)
+	for i, raw := range cfg.Shards {
+		pc, err := pgxpool.ParseConfig(raw)
+		if err != nil {
+			g.closePools()
+			return nil, fmt.Errorf("gateway: HARVEST_SHARDS: shard %d (%s): %w", i, config.Redact(raw), err)
+		}
+		if cfg.PoolSize > 0 {
+			pc.MaxConns = cfg.PoolSize
+		}
+		if cfg.ConnectTimeout > 0 {
+			pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
+		}
+		pc.ConnConfig.Tracer = otelpgx.NewTracer()
+		pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+		if err != nil {
+			g.closePools()
+			return nil, fmt.Errorf("gateway: shard %d (%s): %w", i, config.Redact(raw), err)
+		}
+		g.shards = append(g.shards, pool)
+	}
+	if err := g.initAdmission(); err != nil {
+		g.closePools()
+		return nil, err
+	}
+	admitter := opts.Admitter
+	if admitter == nil {
+		admitter = admitHook{g.adm}
+	}
+	for i, pool := range g.shards {
+		shard := i
+		g.committers = append(g.committers, runstore.NewCommitter(pool, i, runstore.CommitterOptions{
+			MaxBatch: cfg.GroupMax,
+			Flushers: cfg.GroupFlushers,
+			Linger:   cfg.GroupLinger,
+			Admitter: admitter,
+			AfterCommit: func(c []runstore.Committed) {
+				g.groups.Record(context.Background(), int64(len(c)))
+				g.publishStarted(shard, c)
+			},
+		}))
+	}
+	return g, nil
+}
+
+// Shards returns the shard pools, in shard order (for tests and tools).
+func (g *Gateway) Shards() []*pgxpool.Pool { return g.shards }
+
+// Close stops the NATS service (draining requests in progress), then the
+// committers (committing starts already handed in), then the pools.
+func (g *Gateway) Close() {
+	g.closeOnce.Do(func() {
+		g.natsMu.Lock()
+		for _, s := range g.subs {
+			_ = s.Unsubscribe()
+		}
+		g.subs = nil
+		g.natsMu.Unlock()
+		g.handlers.Wait()
+		for _, c := range g.committers {
+			c.Close()
+		}
+		g.adm.close()
+		g.closePools()
+	})
+}
+
+func (g *Gateway) closePools() {
+	for _, p := range g.shards {
+		p.Close()
+	}
+}
+
+func (g *Gateway) initMetrics() error {
+	m := otel.Meter(instrumentation)
+	g.meter = m
+	var err error
+	if g.starts, err = m.Int64Counter("harvest.gateway.starts",
+		metric.WithDescription("Starts answered by the gateway, by transport and outcome (error code, or created/replayed)."),
+		metric.WithUnit("{start}")); err != nil {
+		return fmt.Errorf("gateway: metrics: %w", err)
+	}
+	if g.duration, err = m.Float64Histogram("harvest.gateway.start.duration",
+		metric.WithDescription("Time from a start's arrival to its answer."),
+		metric.WithUnit("s"),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)); err != nil {
+		return fmt.Errorf("gateway: metrics: %w", err)
+	}
+	if g.groups, err = m.Int64Histogram("harvest.gateway.commit.group_size",
+		metric.WithDescription("New runs per committed start transaction (group commit)."),
+		metric.WithUnit("{run}"),
+		metric.WithExplicitBucketBoundaries(1, 2, 4, 8, 16, 32, 48, 64)); err != nil {
+		return fmt.Errorf("gateway: metrics: %w", err)
+	}
+	return nil
+}

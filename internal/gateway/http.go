@@ -1,0 +1,300 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/runstore"
+	"github.com/harvest-run/harvest/internal/telemetry"
+	"github.com/harvest-run/harvest/pkg/api"
+)
+
+// Handler returns the HTTP API:
+//
+//	POST /v1/runs               start one run            runs:start
+//	POST /v1/runs/batch         start many runs          runs:start
+//	GET  /v1/runs               list the tenant's runs   runs:read
+//	GET  /v1/runs/{id}          read a run (?wait=30s)   runs:read
+//	POST /v1/runs/{id}/cancel   cancel a run             runs:start
+//	GET  /v1/usage              own count and limit      runs:read
+//	...  /v1/queues/..., /v1/audit, /v1/admission        see adminRoutes
+//	GET  /admin                 administration page      browser session (config:read)
+//	GET  /healthz, /readyz      liveness, readiness      none
+//	GET  /metrics               metrics (when set)       none
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/runs", g.authed(auth.RunsStart, g.httpStart))
+	mux.HandleFunc("POST /v1/runs/batch", g.authed(auth.RunsStart, g.httpStartBatch))
+	mux.HandleFunc("GET /v1/runs", g.authed(auth.RunsRead, g.httpList))
+	mux.HandleFunc("GET /v1/runs/{id}", g.authed(auth.RunsRead, g.httpGet))
+	mux.HandleFunc("POST /v1/runs/{id}/cancel", g.authed(auth.RunsStart, g.httpCancel))
+	g.adminRoutes(mux)
+	g.pageRoutes(mux)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", g.httpReady)
+	if g.metrics != nil {
+		mux.Handle("GET /metrics", g.metrics)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, api.NewError(api.CodeNotFound, "no route for %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+type principalHandler func(w http.ResponseWriter, r *http.Request, p auth.Principal)
+
+// authed checks the bearer token (401) and the privilege (403), and that
+// the token acts for a tenant: runs belong to tenants, and administrator
+// tokens belong to none.
+func (g *Gateway) authed(priv auth.Privilege, h principalHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		secret, ok := auth.BearerToken(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="harvest"`)
+			writeError(w, api.NewError(api.CodeUnauthenticated, "missing bearer token: send Authorization: Bearer <token>"))
+			return
+		}
+		p, err := g.tokens.Authenticate(secret)
+		if err != nil {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="harvest", error="invalid_token"`)
+			writeError(w, api.NewError(api.CodeUnauthenticated, "unknown bearer token"))
+			return
+		}
+		if !p.Has(priv) {
+			writeError(w, api.NewError(api.CodePermissionDenied, "token %q lacks the %s privilege", p.Name, priv))
+			return
+		}
+		if p.Tenant == "" {
+			writeError(w, api.NewError(api.CodePermissionDenied, "token %q belongs to no tenant; runs are started and read with a tenant's token", p.Name))
+			return
+		}
+		h(w, r, p)
+	}
+}
+
+// readBody reads a request body up to the configured limit (413 above).
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api.Error) {
+	if r.ContentLength > g.cfg.MaxBodyBytes {
+		return nil, tooLarge(g.cfg.MaxBodyBytes)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge(g.cfg.MaxBodyBytes)
+		}
+		return nil, api.NewError(api.CodeInvalidArgument, "cannot read the body: %v", err)
+	}
+	return body, nil
+}
+
+func tooLarge(limit int64) *api.Error {
+	return api.NewError(api.CodePayloadTooLarge, "the body is larger than the limit of %d bytes", limit)
+}
+
+func httpCaller(p auth.Principal) caller {
+	return caller{transport: TransportHTTP, tenant: p.Tenant, principal: p.Name}
+}
+
+// httpContext continues the caller's trace when the request carries one.
+func httpContext(r *http.Request) context.Context {
+	return telemetry.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+}
+
+func (g *Gateway) httpStart(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	body, e := g.readBody(w, r)
+	var req api.StartRequest
+	if e == nil {
+		req, e = decodeStart(body)
+	}
+	if e != nil {
+		g.countRefused(r.Context(), TransportHTTP, e)
+		writeError(w, e)
+		return
+	}
+	res := g.startMany(httpContext(r), httpCaller(p), []api.StartRequest{req}, nil)[0]
+	if res.err != nil {
+		writeError(w, res.err)
+		return
+	}
+	w.Header().Set("Location", "/v1/runs/"+url.PathEscape(res.run.ID))
+	status := http.StatusOK
+	if res.created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, res.run)
+}
+
+func (g *Gateway) httpStartBatch(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	body, e := g.readBody(w, r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	reqs, errs, e := decodeBatch(body)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	status, resp := batchResponse(g.startMany(httpContext(r), httpCaller(p), reqs, errs))
+	writeJSON(w, status, resp)
+}
+
+// batchResponse builds a batch's answer: 200 with every item's result, or
+// 503 when the shard could take none of them.
+func batchResponse(res []started) (int, any) {
+	out := api.BatchStartResponse{Results: make([]api.BatchResult, len(res))}
+	unavailable := len(res) > 0
+	for i, s := range res {
+		if s.err != nil {
+			out.Results[i].Error = s.err
+			unavailable = unavailable && s.err.Code == api.CodeUnavailable
+			continue
+		}
+		run := s.run
+		out.Results[i].Run = &run
+		unavailable = false
+	}
+	if unavailable {
+		return http.StatusServiceUnavailable, api.ErrorBody{Error: res[0].err}
+	}
+	return http.StatusOK, out
+}
+
+func (g *Gateway) httpGet(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	id := r.PathValue("id")
+	var wait time.Duration
+	if s := r.URL.Query().Get("wait"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			writeError(w, api.Invalid("wait", "wait must be a duration such as 30s, got %q", s))
+			return
+		}
+		wait = min(d, g.cfg.MaxWait)
+	}
+	run, e := g.getRun(r.Context(), p.Tenant, id, wait)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, run)
+}
+
+func (g *Gateway) httpList(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	q := r.URL.Query()
+	for k := range q {
+		switch k {
+		case "status", "queue", "name", "limit", "cursor":
+		default:
+			writeError(w, api.Invalid(k, "unknown query parameter %q (known: status, queue, name, limit, cursor)", k))
+			return
+		}
+	}
+	lp := runstore.ListParams{Tenant: p.Tenant, Queue: q.Get("queue"), Name: q.Get("name"), Cursor: q.Get("cursor")}
+	for _, v := range q["status"] {
+		for s := range strings.SplitSeq(v, ",") {
+			st := api.Status(strings.TrimSpace(s))
+			switch st {
+			case api.StatusDeferred, api.StatusQueued, api.StatusRunning, api.StatusCompleted, api.StatusFailed, api.StatusCancelled:
+				lp.Statuses = append(lp.Statuses, st)
+			default:
+				writeError(w, api.Invalid("status", "unknown status %q (known: deferred, queued, running, completed, failed, cancelled)", st))
+				return
+			}
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > runstore.MaxListLimit {
+			writeError(w, api.Invalid("limit", "limit must be an integer from 1 to %d, got %q", runstore.MaxListLimit, s))
+			return
+		}
+		lp.Limit = n
+	}
+	if lp.Cursor != "" {
+		if _, err := runstore.DecodeCursor(lp.Cursor); err != nil {
+			writeError(w, g.apiError(err, 0, "list"))
+			return
+		}
+	}
+	list, e := g.listRuns(r.Context(), lp)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	run, e := g.cancelRun(r.Context(), p.Tenant, r.PathValue("id"), "cancelled by "+p.Name)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, run)
+}
+
+// httpReady answers 200 when every shard answers a ping (and NATS is
+// connected, when used), else 503 naming what is down.
+func (g *Gateway) httpReady(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	type shardState struct {
+		Shard int    `json:"shard"`
+		OK    bool   `json:"ok"`
+		Error string `json:"error,omitempty"`
+	}
+	out := struct {
+		Ready  bool         `json:"ready"`
+		NATS   string       `json:"nats,omitempty"`
+		Shards []shardState `json:"shards"`
+	}{Ready: true}
+	for i, pool := range g.shards {
+		st := shardState{Shard: i, OK: true}
+		if err := pool.Ping(ctx); err != nil {
+			st.OK, st.Error, out.Ready = false, "unreachable", false
+		}
+		out.Shards = append(out.Shards, st)
+	}
+	if g.nc != nil {
+		out.NATS = g.nc.Status().String()
+		if !g.nc.IsConnected() {
+			out.Ready = false
+		}
+	}
+	status := http.StatusOK
+	if !out.Ready {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, out)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(api.ErrorBody{Error: api.NewError(api.CodeInternal, "cannot encode the answer")})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, e *api.Error) {
+	if e.Code == api.CodeOverLimit && e.RetryAfterMS > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt((e.RetryAfterMS+999)/1000, 10))
+	}
+	writeJSON(w, e.Status, api.ErrorBody{Error: e})
+}

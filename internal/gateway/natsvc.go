@@ -1,0 +1,127 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/natsauth"
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/dispatch"
+)
+
+// StatusHeader carries the HTTP status of a NATS answer (201 new run, 200
+// replay or batch, 4xx/5xx error), so NATS callers can tell a new run from
+// a replay as HTTP callers do. The body holds the same number for errors.
+const StatusHeader = "Harvest-Status"
+
+// ServeNATS subscribes the start service: <prefix>.start.* and
+// <prefix>.start_batch.* in the gateways' queue group, so each request
+// reaches one gateway. Requests are handled concurrently (up to
+// HARVEST_GATEWAY_NATS_INFLIGHT), which is what lets concurrent starts
+// share commits. Close unsubscribes and waits for requests in progress.
+func (g *Gateway) ServeNATS() error {
+	if g.nc == nil {
+		return fmt.Errorf("gateway: no NATS connection")
+	}
+	g.natsMu.Lock()
+	defer g.natsMu.Unlock()
+	for _, s := range []struct {
+		subject string
+		batch   bool
+	}{{g.subjects.StartAll(), false}, {g.subjects.StartBatchAll(), true}} {
+		batch := s.batch
+		sub, err := g.nc.QueueSubscribe(s.subject, g.cfg.QueueGroup, func(msg *nats.Msg) {
+			g.inflight <- struct{}{}
+			g.handlers.Go(func() {
+				defer func() { <-g.inflight }()
+				g.natsStart(msg, batch)
+			})
+		})
+		if err != nil {
+			for _, s := range g.subs {
+				_ = s.Unsubscribe()
+			}
+			g.subs = nil
+			return fmt.Errorf("gateway: subscribe %s: %w", s.subject, err)
+		}
+		// The client library's buffer is the only queue in front of the
+		// in-flight limit; let it hold a burst.
+		_ = sub.SetPendingLimits(64*1024, 256*1024*1024)
+		g.subs = append(g.subs, sub)
+	}
+	// Make sure the server has the subscriptions before callers are told
+	// the gateway is up.
+	return g.nc.Flush()
+}
+
+// natsStart answers one start or batch-start request.
+func (g *Gateway) natsStart(msg *nats.Msg, batch bool) {
+	ctx := dispatch.Extract(context.Background(), msg)
+	kind := ".start."
+	if batch {
+		kind = ".start_batch."
+	}
+	tenant := strings.TrimPrefix(msg.Subject, g.cfg.SubjectPrefix+kind)
+	reply := func(status int, v any) {
+		if msg.Reply == "" {
+			return
+		}
+		out := nats.NewMsg(msg.Reply)
+		out.Header.Set(StatusHeader, strconv.Itoa(status))
+		b, err := json.Marshal(v)
+		if err != nil {
+			return
+		}
+		out.Data = b
+		if err := g.nc.PublishMsg(out); err != nil {
+			g.log.Warn("gateway: NATS reply", "err", err)
+		}
+	}
+	fail := func(e *api.Error) {
+		g.countRefused(ctx, TransportNATS, e)
+		reply(e.Status, api.ErrorBody{Error: e})
+	}
+	if err := auth.ValidateTenant(tenant); err != nil {
+		fail(api.NewError(api.CodeInvalidArgument, "subject %q does not name a tenant: %v", msg.Subject, err))
+		return
+	}
+	if g.cfg.NATSOwnInbox && msg.Reply != "" && !natsauth.OwnInbox(tenant, msg.Reply) {
+		// Answer nobody rather than another tenant's inbox.
+		g.log.Warn("gateway: NATS start with a foreign reply subject refused", "tenant", tenant)
+		return
+	}
+	if int64(len(msg.Data)) > g.cfg.MaxBodyBytes {
+		fail(tooLarge(g.cfg.MaxBodyBytes))
+		return
+	}
+	c := caller{transport: TransportNATS, tenant: tenant}
+	if batch {
+		reqs, errs, e := decodeBatch(msg.Data)
+		if e != nil {
+			fail(e)
+			return
+		}
+		reply(batchResponse(g.startMany(ctx, c, reqs, errs)))
+		return
+	}
+	req, e := decodeStart(msg.Data)
+	if e != nil {
+		fail(e)
+		return
+	}
+	res := g.startMany(ctx, c, []api.StartRequest{req}, nil)[0]
+	switch {
+	case res.err != nil:
+		reply(res.err.Status, api.ErrorBody{Error: res.err})
+	case res.created:
+		reply(201, res.run)
+	default:
+		reply(200, res.run)
+	}
+}

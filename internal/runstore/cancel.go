@@ -1,0 +1,107 @@
+package runstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harvest-run/harvest/pkg/api"
+)
+
+// ErrFinished means the run completed or failed before it could be
+// cancelled; the run is returned with the error.
+var ErrFinished = errors.New("runstore: the run already finished")
+
+// CancelResult is what a cancel did.
+type CancelResult struct {
+	Run api.Run
+	// Cancelled is true when this call cancelled the run, false when it was
+	// cancelled already.
+	Cancelled bool
+	// WasRunning is true when a task of the run was leased to a worker: that
+	// worker learns of the cancel at its next heartbeat (a stale lease) and
+	// its result is discarded.
+	WasRunning bool
+}
+
+// Cancel cancels the tenant's run in one transaction: every unfinished task
+// of the run leaves play (see TaskCancelByRun.sql), the run becomes
+// cancelled and the tenant's running count drops. Cancelling a cancelled
+// run returns it unchanged; a completed or failed run gives ErrFinished; an
+// unknown id (or another tenant's) gives ErrNotFound.
+func Cancel(ctx context.Context, db Beginner, tenant, id string, shard int, reason string) (CancelResult, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return CancelResult{}, fmt.Errorf("runstore: begin: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
+
+	var (
+		pk     int64
+		status string
+	)
+	err = tx.QueryRow(ctx, sqlRunLock, tenant, id).Scan(&pk, &status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return CancelResult{}, ErrNotFound
+	}
+	if err != nil {
+		return CancelResult{}, fmt.Errorf("runstore: read run: %w", err)
+	}
+	var res CancelResult
+	if !api.Status(status).Final() {
+		if res.WasRunning, err = cancelTasks(ctx, tx, pk); err != nil {
+			return CancelResult{}, err
+		}
+		if _, err := tx.Exec(ctx, sqlRunFinish, pk, string(api.StatusCancelled), reason); err != nil {
+			return CancelResult{}, fmt.Errorf("runstore: cancel run: %w", err)
+		}
+		// A continuation committed while the first pass waited for the task
+		// lock is visible to this later statement: take it out too. Any
+		// later continuation needs the old lease, which is void now.
+		again, err := cancelTasks(ctx, tx, pk)
+		if err != nil {
+			return CancelResult{}, err
+		}
+		res.WasRunning = res.WasRunning || again
+	}
+	run, _, err := get(ctx, tx, tenant, id, shard)
+	if err != nil {
+		return CancelResult{}, err
+	}
+	res.Run = run
+	switch run.Status {
+	case api.StatusCancelled:
+		res.Cancelled = !api.Status(status).Final()
+	case api.StatusCompleted, api.StatusFailed:
+		// Finished by a worker between the read above and the update: the
+		// update left it alone, and so does the commit below.
+		return CancelResult{Run: run}, ErrFinished
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return CancelResult{}, fmt.Errorf("runstore: commit cancel: %w", err)
+	}
+	return res, nil
+}
+
+// cancelTasks takes the run's unfinished tasks out of play and reports
+// whether one of them was leased to a worker.
+func cancelTasks(ctx context.Context, tx pgx.Tx, pk int64) (wasRunning bool, err error) {
+	rows, err := tx.Query(ctx, sqlTaskCancelByRun, pk)
+	if err != nil {
+		return false, fmt.Errorf("runstore: cancel tasks: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var state string
+		if err := rows.Scan(&state); err != nil {
+			return false, fmt.Errorf("runstore: cancel tasks: %w", err)
+		}
+		wasRunning = wasRunning || state == "running"
+	}
+	if err := rows.Err(); err != nil {
+		return false, fmt.Errorf("runstore: cancel tasks: %w", err)
+	}
+	return wasRunning, nil
+}

@@ -1,0 +1,169 @@
+package runstore
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/claim"
+)
+
+// Paging limits of List.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 1000
+)
+
+// ListParams selects a page of a tenant's runs. Zero fields do not filter.
+type ListParams struct {
+	Tenant   string
+	Shard    int
+	Statuses []api.Status
+	Queue    string
+	Name     string
+	// Cursor continues a listing: the NextCursor of the previous page.
+	Cursor string
+	// Limit is the page size; zero means DefaultListLimit. It must not
+	// exceed MaxListLimit.
+	Limit int
+}
+
+// ListResult is one page, newest run first.
+type ListResult struct {
+	Runs []api.Run
+	// NextCursor fetches the next page; empty on the last page.
+	NextCursor string
+}
+
+// ErrBadCursor means a list cursor was not made by List.
+var ErrBadCursor = errors.New("runstore: malformed list cursor")
+
+// cursorPrefix versions the cursor format so that it can change later.
+const cursorPrefix = "r1:"
+
+// EncodeCursor makes the opaque cursor that continues below run handle pk.
+func EncodeCursor(pk int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(cursorPrefix + strconv.FormatInt(pk, 10)))
+}
+
+// DecodeCursor reverses EncodeCursor.
+func DecodeCursor(c string) (int64, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || !strings.HasPrefix(string(b), cursorPrefix) {
+		return 0, ErrBadCursor
+	}
+	pk, err := strconv.ParseInt(strings.TrimPrefix(string(b), cursorPrefix), 10, 64)
+	if err != nil || pk <= 0 {
+		return 0, ErrBadCursor
+	}
+	return pk, nil
+}
+
+// List returns one page of the tenant's runs, newest first. Paging is
+// stable while runs are added: a cursor continues below the last run seen,
+// so new runs never shift later pages.
+func List(ctx context.Context, db claim.DB, p ListParams) (ListResult, error) {
+	limit := p.Limit
+	if limit == 0 {
+		limit = DefaultListLimit
+	}
+	if limit < 0 || limit > MaxListLimit {
+		return ListResult{}, fmt.Errorf("runstore: list limit %d out of 1..%d", limit, MaxListLimit)
+	}
+	var before, statuses, queue, name any
+	if p.Cursor != "" {
+		pk, err := DecodeCursor(p.Cursor)
+		if err != nil {
+			return ListResult{}, err
+		}
+		before = pk
+	}
+	if len(p.Statuses) > 0 {
+		ss := make([]string, len(p.Statuses))
+		for i, s := range p.Statuses {
+			ss[i] = string(s)
+		}
+		statuses = ss
+	}
+	if p.Queue != "" {
+		queue = p.Queue
+	}
+	if p.Name != "" {
+		name = p.Name
+	}
+	// One more row than asked tells whether another page exists.
+	rows, err := db.Query(ctx, sqlRunList, p.Tenant, before, statuses, queue, name, limit+1)
+	if err != nil {
+		return ListResult{}, fmt.Errorf("runstore: list runs: %w", err)
+	}
+	defer rows.Close()
+	var out ListResult
+	var pks []int64
+	for rows.Next() {
+		run, pk, err := scanRun(rows, p.Shard, nil)
+		if err != nil {
+			return ListResult{}, err
+		}
+		out.Runs = append(out.Runs, run)
+		pks = append(pks, pk)
+	}
+	if err := rows.Err(); err != nil {
+		return ListResult{}, fmt.Errorf("runstore: list runs: %w", err)
+	}
+	if len(out.Runs) > limit {
+		out.Runs = out.Runs[:limit]
+		out.NextCursor = EncodeCursor(pks[limit-1])
+	}
+	if out.Runs == nil {
+		out.Runs = []api.Run{}
+	}
+	return out, nil
+}
+
+// scanRun reads the run columns shared by RunGet and RunList; when hash is
+// not nil it also reads the request hash that RunGet appends.
+func scanRun(row pgx.Row, shard int, hash *[]byte) (api.Run, int64, error) {
+	var (
+		run               api.Run
+		pk                int64
+		status            string
+		created           time.Time
+		claimed, finished *time.Time
+		output            []byte
+		errText           *string
+	)
+	dest := []any{&pk, &run.ID, &run.Tenant, &run.Name, &run.Queue,
+		&run.FairnessKey, &run.QuotaKey, &run.Priority, &status, &run.Attempts,
+		&created, &claimed, &finished, &output, &errText}
+	if hash != nil {
+		dest = append(dest, hash)
+	}
+	if err := row.Scan(dest...); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return api.Run{}, 0, ErrNotFound
+		}
+		return api.Run{}, 0, fmt.Errorf("runstore: read run: %w", err)
+	}
+	run.Shard = shard
+	run.Status = api.Status(status)
+	run.CreatedAt = api.Time{Time: created}
+	if claimed != nil {
+		run.ClaimedAt = &api.Time{Time: *claimed}
+	}
+	if finished != nil {
+		run.FinishedAt = &api.Time{Time: *finished}
+	}
+	if len(output) > 0 {
+		run.Output = json.RawMessage(output)
+	}
+	run.Error = errText
+	return run, pk, nil
+}

@@ -1,0 +1,13 @@
+-- A tenant's runs, newest first, one page. $2 is the cursor (list rows
+-- below this pk), $3 the statuses, $4 the queue, $5 the workflow name; NULL
+-- means no filter. The runs_tenant_pk index serves the order and the cursor.
+SELECT pk, id, tenant, name, queue, fairness_key, quota_key, priority, status, attempts,
+       created_at, claimed_at, finished_at, output, error
+FROM runs
+WHERE tenant = $1
+  AND ($2::bigint IS NULL OR pk < $2::bigint)
+  AND ($3::text[] IS NULL OR status = ANY ($3::text[]))
+  AND ($4::text IS NULL OR queue = $4::text)
+  AND ($5::text IS NULL OR name = $5::text)
+ORDER BY pk DESC
+LIMIT $6

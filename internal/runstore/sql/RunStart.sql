@@ -1,0 +1,39 @@
+-- Start a run in one statement: insert the run unless (tenant, id) exists,
+-- enqueue its first task through harvest_enqueue (the schema's only task
+-- insert path, which keeps the per-key summary exact) and count the run for
+-- its tenant. No row comes back when the id already exists: the caller then
+-- reads the existing run to tell a replay from a conflict.
+--
+-- ON CONFLICT DO NOTHING waits for a concurrent insert of the same id to
+-- commit, so two gateways racing on one id make exactly one run.
+--
+-- queue_busy is read with this statement's snapshot, before the new task:
+-- it says whether the queue already had pending work (so a dispatch of the
+-- new task would only jump the queue).
+--
+-- $1 tenant, $2 id, $3 name, $4 queue, $5 fairness key, $6 quota key,
+-- $7 priority, $8 input, $9 request hash, $10 max attempts, $11 timeout ms,
+-- $12 run_at, $13 delay in microseconds, $14 trace context.
+WITH run AS (
+    INSERT INTO runs (tenant, id, name, queue, fairness_key, quota_key, priority, input,
+                      request_hash, max_attempts, timeout_ms)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11)
+    ON CONFLICT (tenant, id) DO NOTHING
+    RETURNING pk, id, tenant, name, queue, fairness_key, quota_key, priority, status, attempts, created_at
+), busy AS (
+    SELECT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = $4 AND x.state = 'pending') AS queue_busy
+), task AS (
+    SELECT harvest_enqueue(run.pk, $4, $5, $6, $7, false,
+                           coalesce($12::timestamptz,
+                                    CASE WHEN $13::bigint > 0 THEN now() + $13::bigint * interval '1 microsecond' END),
+                           NULL, NULL, 0, $8::jsonb, $14::jsonb, NULL) AS id
+    FROM run
+), counted AS (
+    INSERT INTO tenant_running AS t (tenant, running)
+    SELECT $1, 1 FROM run
+    ON CONFLICT (tenant) DO UPDATE SET running = t.running + 1
+    RETURNING running
+)
+SELECT run.pk, run.id, run.tenant, run.name, run.queue, run.fairness_key, run.quota_key, run.priority,
+       run.status, run.attempts, run.created_at, task.id, busy.queue_busy, counted.running
+FROM run, task, busy, counted

@@ -1,0 +1,16 @@
+-- Take every unfinished task of a run out of play: a pending one leaves the
+-- claimable set (the tasks_summary trigger calls harvest_key_leave, so the
+-- key's pending count and head stay exact), a scheduled one will never be
+-- promoted, and a running one loses its lease token, so the worker's next
+-- heartbeat, completion or failure is refused as a stale lease and its
+-- result is discarded. Returns the state each task was in.
+WITH t AS (
+    SELECT id, state FROM tasks
+    WHERE run_pk = $1 AND state <> 'done'
+    FOR UPDATE
+)
+UPDATE tasks x
+SET state = 'done', lease_token = NULL, lease_expires_at = NULL
+FROM t
+WHERE x.id = t.id
+RETURNING t.state

@@ -1,0 +1,385 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/dispatch"
+)
+
+// StatusHeader is the NATS header in which the gateway puts the HTTP status
+// of its answer (201 for a new run, 200 for a replay).
+const StatusHeader = "Harvest-Status"
+
+// DefaultNATSTimeout bounds a NATS request whose context has no deadline.
+const DefaultNATSTimeout = 10 * time.Second
+
+// Options configure a Client. Set URL (and Token) for HTTP, NATS (and
+// Tenant) for NATS, or both.
+type Options struct {
+	// URL is the gateway's base URL, such as http://127.0.0.1:8080.
+	URL string
+	// Token is the bearer secret sent over HTTP.
+	Token string
+	// HTTPClient is used for HTTP calls; nil means a client without an
+	// overall timeout (contexts bound the calls).
+	HTTPClient *http.Client
+	// NATS, when set, carries starts and batch starts.
+	NATS *nats.Conn
+	// Tenant is the tenant whose start subjects NATS requests go to.
+	Tenant string
+	// SubjectPrefix is the first token of Harvest's subjects; "harvest"
+	// when empty.
+	SubjectPrefix string
+	// NATSTimeout bounds NATS requests whose context has no deadline.
+	NATSTimeout time.Duration
+}
+
+// Client talks to Harvest's gateways. It is safe for concurrent use.
+type Client struct {
+	base     *url.URL
+	token    string
+	hc       *http.Client
+	nc       *nats.Conn
+	tenant   string
+	subjects dispatch.Subjects
+	timeout  time.Duration
+}
+
+// New checks opts and returns a client.
+func New(opts Options) (*Client, error) {
+	c := &Client{token: opts.Token, hc: opts.HTTPClient, nc: opts.NATS, tenant: opts.Tenant,
+		subjects: dispatch.Subjects{Prefix: opts.SubjectPrefix}, timeout: opts.NATSTimeout}
+	if opts.URL == "" && opts.NATS == nil {
+		return nil, errors.New("client: set Options.URL (HTTP) or Options.NATS")
+	}
+	if opts.URL != "" {
+		u, err := url.Parse(strings.TrimRight(opts.URL, "/"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("client: URL %q is not an http(s) URL", opts.URL)
+		}
+		c.base = u
+	}
+	if opts.NATS != nil && opts.Tenant == "" {
+		return nil, errors.New("client: Options.Tenant is required with Options.NATS")
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{}
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultNATSTimeout
+	}
+	return c, nil
+}
+
+// StartOptions are the optional parts of a start.
+type StartOptions struct {
+	// ID is the idempotency key (unique per tenant); the gateway makes a
+	// UUIDv7 when it is empty. Sending the same start with the same ID
+	// again returns the same run.
+	ID string
+	// FairnessKey names whose share of the queue the run uses; empty
+	// leaves it unset (the quota key, else the default key, stands in).
+	FairnessKey string
+	// QuotaKey names the concurrency cap and rate limit the run counts
+	// against; empty leaves it unset.
+	QuotaKey string
+	// Priority is from -1000 to 1000, higher first.
+	Priority int
+	// RunAt or Delay postpone the run (set at most one).
+	RunAt time.Time
+	Delay time.Duration
+	// Timeout bounds one attempt of the run's tasks; zero: none.
+	Timeout time.Duration
+	// MaxAttempts bounds the attempts; zero: the server's default.
+	MaxAttempts int
+}
+
+// Request builds the API start request of a run of workflow name on queue
+// with input (any JSON-encodable value; json.RawMessage is sent as it is).
+func (o StartOptions) Request(name, queue string, input any) (api.StartRequest, error) {
+	req := api.StartRequest{ID: o.ID, Name: name, Queue: queue, Priority: o.Priority}
+	if input != nil {
+		if raw, ok := input.(json.RawMessage); ok {
+			req.Input = raw
+		} else {
+			b, err := json.Marshal(input)
+			if err != nil {
+				return api.StartRequest{}, fmt.Errorf("client: encode input: %w", err)
+			}
+			req.Input = b
+		}
+	}
+	if o.FairnessKey != "" {
+		req.FairnessKey = &o.FairnessKey
+	}
+	if o.QuotaKey != "" {
+		req.QuotaKey = &o.QuotaKey
+	}
+	if !o.RunAt.IsZero() {
+		req.RunAt = &api.Time{Time: o.RunAt}
+	}
+	if o.Delay != 0 {
+		d := api.Duration(o.Delay)
+		req.Delay = &d
+	}
+	if o.Timeout != 0 {
+		d := api.Duration(o.Timeout)
+		req.Timeout = &d
+	}
+	if o.MaxAttempts != 0 {
+		n := o.MaxAttempts
+		req.MaxAttempts = &n
+	}
+	return req, nil
+}
+
+// Started is the answer to a start.
+type Started struct {
+	Run api.Run
+	// Created is true for a new run, false when the start replayed one
+	// that existed with the same id and request.
+	Created bool
+}
+
+// Start starts a run of workflow name on queue with input.
+func (c *Client) Start(ctx context.Context, name, queue string, input any, o StartOptions) (Started, error) {
+	req, err := o.Request(name, queue, input)
+	if err != nil {
+		return Started{}, err
+	}
+	return c.StartRequest(ctx, req)
+}
+
+// StartRequest sends a start request as it is.
+func (c *Client) StartRequest(ctx context.Context, req api.StartRequest) (Started, error) {
+	var run api.Run
+	var status int
+	var err error
+	if c.nc != nil {
+		status, err = c.natsCall(ctx, c.subjects.Start(c.tenant), req, &run)
+	} else {
+		status, err = c.httpCall(ctx, http.MethodPost, "/v1/runs", nil, req, &run)
+	}
+	if err != nil {
+		return Started{}, err
+	}
+	return Started{Run: run, Created: status == http.StatusCreated}, nil
+}
+
+// StartBatch starts many runs at once (at most api.MaxBatchItems). Each
+// result holds its run or its own error, in the order of reqs; the error
+// return is for the call as a whole.
+func (c *Client) StartBatch(ctx context.Context, reqs []api.StartRequest) ([]api.BatchResult, error) {
+	if reqs == nil {
+		reqs = []api.StartRequest{}
+	}
+	body := api.BatchStartRequest{Runs: reqs}
+	var out api.BatchStartResponse
+	var err error
+	if c.nc != nil {
+		_, err = c.natsCall(ctx, c.subjects.StartBatch(c.tenant), body, &out)
+	} else {
+		_, err = c.httpCall(ctx, http.MethodPost, "/v1/runs/batch", nil, body, &out)
+	}
+	return out.Results, err
+}
+
+// Get reads a run.
+func (c *Client) Get(ctx context.Context, id string) (api.Run, error) {
+	var run api.Run
+	_, err := c.httpCall(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, &run)
+	return run, err
+}
+
+// Wait reads a run once it is final, or as it stands when wait ends (the
+// gateway caps one wait; Wait asks again until ctx ends or the run is
+// final when wait is longer).
+func (c *Client) Wait(ctx context.Context, id string, wait time.Duration) (api.Run, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		left := time.Until(deadline)
+		q := url.Values{"wait": {max(left, 0).Round(time.Millisecond).String()}}
+		var run api.Run
+		if _, err := c.httpCall(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), q, nil, &run); err != nil {
+			return run, err
+		}
+		if run.Status.Final() || time.Until(deadline) <= 0 {
+			return run, nil
+		}
+	}
+}
+
+// ListOptions filter and page a listing; zero fields do not filter.
+type ListOptions struct {
+	Statuses []api.Status
+	Queue    string
+	Name     string
+	Limit    int
+	Cursor   string
+}
+
+// List returns a page of the tenant's runs, newest first. Pass the page's
+// NextCursor as Cursor for the next one.
+func (c *Client) List(ctx context.Context, o ListOptions) (api.RunList, error) {
+	q := url.Values{}
+	if len(o.Statuses) > 0 {
+		ss := make([]string, len(o.Statuses))
+		for i, s := range o.Statuses {
+			ss[i] = string(s)
+		}
+		q.Set("status", strings.Join(ss, ","))
+	}
+	if o.Queue != "" {
+		q.Set("queue", o.Queue)
+	}
+	if o.Name != "" {
+		q.Set("name", o.Name)
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	var out api.RunList
+	_, err := c.httpCall(ctx, http.MethodGet, "/v1/runs", q, nil, &out)
+	return out, err
+}
+
+// Cancel cancels a run and returns it. A queued run is cancelled at once;
+// a running one's worker learns of it at its next heartbeat and its result
+// is discarded. A run that already completed or failed gives a 409 error.
+func (c *Client) Cancel(ctx context.Context, id string) (api.Run, error) {
+	var run api.Run
+	_, err := c.httpCall(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/cancel", nil, nil, &run)
+	return run, err
+}
+
+// httpCall sends one HTTP request and decodes the answer into out, or
+// returns the API error.
+func (c *Client) httpCall(ctx context.Context, method, path string, q url.Values, in, out any) (int, error) {
+	status, data, err := c.httpRaw(ctx, method, path, q, in)
+	if err != nil {
+		return status, err
+	}
+	return status, decodeAnswer(status, data, out)
+}
+
+// httpRaw sends one HTTP request and returns the status and the body.
+// path must be escaped already (values go through url.PathEscape).
+func (c *Client) httpRaw(ctx context.Context, method, path string, q url.Values, in any) (int, []byte, error) {
+	if c.base == nil {
+		return 0, nil, fmt.Errorf("client: %s %s needs Options.URL (HTTP)", method, path)
+	}
+	target := c.base.String() + path
+	if len(q) > 0 {
+		target += "?" + q.Encode()
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, nil, fmt.Errorf("client: encode request: %w", err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	if err != nil {
+		return 0, nil, fmt.Errorf("client: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return 0, nil, fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, nil, fmt.Errorf("client: %s %s: read answer: %w", method, path, err)
+	}
+	return resp.StatusCode, data, nil
+}
+
+// natsCall sends one NATS request and decodes the answer into out.
+func (c *Client) natsCall(ctx context.Context, subject string, in, out any) (int, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	msg, err := dispatch.NewMsg(ctx, subject, in)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return 0, &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable,
+				Message: "no gateway listens on " + subject}
+		}
+		return 0, fmt.Errorf("client: request %s: %w", subject, err)
+	}
+	status := http.StatusOK
+	if s := resp.Header.Get(StatusHeader); s != "" {
+		if n, err := strconv.Atoi(s); err == nil {
+			status = n
+		}
+	}
+	return status, decodeAnswer(status, resp.Data, out)
+}
+
+// decodeAnswer reads a success into out, or an error body into *api.Error.
+func decodeAnswer(status int, data []byte, out any) error {
+	if status >= 200 && status < 300 {
+		if err := json.Unmarshal(data, out); err != nil {
+			// A NATS answer without the status header may still be an error.
+			return fmt.Errorf("client: decode answer: %w", err)
+		}
+		var probe api.ErrorBody
+		if json.Unmarshal(data, &probe) == nil && probe.Error != nil && probe.Error.Code != "" {
+			return probe.Error
+		}
+		return nil
+	}
+	var eb api.ErrorBody
+	if json.Unmarshal(data, &eb) == nil && eb.Error != nil {
+		return eb.Error
+	}
+	return &api.Error{Status: status, Code: codeFor(status),
+		Message: fmt.Sprintf("HTTP %d: %s", status, strings.TrimSpace(string(truncate(data, 200))))}
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+func codeFor(status int) api.Code {
+	for _, c := range []api.Code{api.CodeInvalidArgument, api.CodeUnauthenticated, api.CodePermissionDenied,
+		api.CodeNotFound, api.CodeConflict, api.CodePayloadTooLarge, api.CodeOverLimit, api.CodeUnavailable} {
+		if c.Status() == status {
+			return c
+		}
+	}
+	return api.CodeInternal
+}
