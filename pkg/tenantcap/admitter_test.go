@@ -285,20 +285,20 @@ func TestSystemLimitOvershootBound(t *testing.T) {
 	require.True(t, isOverLimit(gw1.start(ctx, a, "a-late")))
 }
 
-// With the refresh loop running, a shard filled to the limit is seen by
-// another gateway within one refresh interval (plus the read itself).
-func TestStalenessIsBoundedByTheRefreshInterval(t *testing.T) {
+// With the refresh loop running, a shard filled to the limit is picked up
+// by another gateway's next refresh, after which it refuses starts on its
+// own shard. (The bound itself is checked deterministically above; this
+// test proves the loop closes the gap without a manual refresh.)
+func TestRefreshLoopPicksUpOtherShards(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	urls := []string{testsvc.NewDBURL(t), testsvc.NewDBURL(t)}
 	const maxRuns = 5
-	const interval = 100 * time.Millisecond
 	a, b := homeTenants(t)
 	gw1 := newGateway(t, urls, maxRuns, DefaultConfig(), nil)
 	gw2 := newGateway(t, urls, maxRuns, DefaultConfig(), nil)
-	dbs := []DB{gw2.pools[0], gw2.pools[1]}
-	gw2.adm.totals = NewTotals(dbs, interval)
+	gw2.adm.totals = NewTotals([]DB{gw2.pools[0], gw2.pools[1]}, 20*time.Millisecond)
 	var wg sync.WaitGroup
 	wg.Go(func() { gw2.adm.Totals().Run(ctx, func(err error) { t.Errorf("refresh: %v", err) }) })
 	defer wg.Wait()
@@ -307,24 +307,11 @@ func TestStalenessIsBoundedByTheRefreshInterval(t *testing.T) {
 	for i := range maxRuns {
 		require.NoError(t, gw1.start(ctx, a, fmt.Sprintf("a-%d", i)))
 	}
-	filled := time.Now()
-	// Within interval plus one read, gw2 must refuse on the other shard.
-	deadline := filled.Add(interval + time.Second)
-	admittedLate := 0
-	for i := 0; ; i++ {
-		err := gw2.start(ctx, b, fmt.Sprintf("b-%d", i))
-		if err != nil {
-			require.True(t, isOverLimit(err), "%v", err)
-			break
-		}
-		admittedLate++
-		require.True(t, time.Now().Before(deadline), "still admitting %v after the other shard filled up", time.Since(filled))
-		time.Sleep(10 * time.Millisecond)
-	}
-	require.LessOrEqual(t, admittedLate, maxRuns)
-	snap := gw2.adm.Totals().Snapshot()
-	require.Equal(t, maxRuns, snap[0].Running)
-	require.NoError(t, snap[0].Err)
+	require.Eventually(t, func() bool {
+		s := gw2.adm.Totals().Snapshot()[0]
+		return s.Running == maxRuns && s.Err == nil
+	}, 30*time.Second, 5*time.Millisecond, "the refresh loop never read shard 0's new total")
+	require.True(t, isOverLimit(gw2.start(ctx, b, "b-after-refresh")))
 }
 
 func TestRecountHealsCorruptedCounts(t *testing.T) {
