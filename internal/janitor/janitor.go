@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/deferred"
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
@@ -81,6 +82,12 @@ type Report struct {
 	DeletedRuns    int  // finished runs deleted past the retention period
 	DeletedBuckets int  // idle rate buckets dropped
 	PrunedKeys     int  // idle fairness state rows pruned
+	// Deferred starts (throttle, debounce, batch): runs fired because their
+	// time came, groups closed because their waiting run was cancelled,
+	// and finished groups pruned (exclusive).
+	DeferredFired     int
+	DeferredCancelled int
+	DeferredPruned    int
 }
 
 // Tick runs every job once.
@@ -94,10 +101,19 @@ func Tick(ctx context.Context, db DB, s Settings) (Report, error) {
 	if rep.Promoted, err = claim.PromoteDue(ctx, db, "", time.Time{}, promoteBatch); err != nil {
 		return rep, fmt.Errorf("janitor: %w", err)
 	}
-	if err := exclusive(ctx, db, s, &rep); err != nil {
-		return rep, fmt.Errorf("janitor: %w", err)
+	// Every janitor fires what is due: groups and throttle keys are locked
+	// one by one and skipped when another janitor (or a gateway) holds
+	// them, so firing spreads over the workers and each fires once. A
+	// failure to fire one group does not hold back the jobs below.
+	fired, fireErr := deferred.Fire(ctx, db, deferred.FireOptions{})
+	rep.DeferredFired, rep.DeferredCancelled = fired.Fired, fired.Cancelled
+	if fireErr != nil {
+		fireErr = fmt.Errorf("janitor: fire deferred starts: %w", fireErr)
 	}
-	return rep, nil
+	if err := exclusive(ctx, db, s, &rep); err != nil {
+		return rep, errors.Join(fireErr, fmt.Errorf("janitor: %w", err))
+	}
+	return rep, fireErr
 }
 
 // exclusive runs the jobs that one janitor per tick is enough for.
@@ -143,6 +159,13 @@ func exclusive(ctx context.Context, db DB, s Settings, rep *Report) error {
 		}
 		rep.PrunedKeys = len(pruned)
 	}
+	var now time.Time
+	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return fmt.Errorf("read the database clock: %w", err)
+	}
+	if rep.DeferredPruned, err = deferred.Prune(ctx, tx, now, deleteBatch); err != nil {
+		return err
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
@@ -165,6 +188,9 @@ func Run(ctx context.Context, db DB, s Settings, interval time.Duration, log *sl
 			log.Warn("janitor tick failed", "err", err)
 		case rep.Requeued+rep.FailedRuns > 0:
 			log.Info("janitor rescued expired leases", "requeued", rep.Requeued, "failed_runs", rep.FailedRuns)
+		}
+		if rep.DeferredFired > 0 {
+			log.Debug("janitor fired deferred starts", "runs", rep.DeferredFired)
 		}
 		if rep.Recounted > 0 {
 			log.Warn("janitor fixed running counts", "tenants", rep.Recounted)

@@ -38,4 +38,15 @@ type Run struct {
 	FinishedAt  *Time           `json:"finished_at"`
 	Output      json.RawMessage `json:"output"`
 	Error       *string         `json:"error"`
+	// FiresAt is set while the status is deferred: the time the deferred
+	// start is due to fire, given the starts known so far (see
+	// docs/deferred.md for what can move it in each mode).
+	FiresAt *Time `json:"fires_at,omitempty"`
+	// RunID is set on the answer for a throttled, debounced or batched
+	// start: the id of the run the start fires (or fired). A throttled
+	// start fires a run with its own id; the starts of one debounce window
+	// or one batch all point at one run with a new id.
+	RunID string `json:"run_id,omitempty"`
+	// DeferMode is set with RunID: throttle, debounce or batch.
+	DeferMode DeferMode `json:"defer_mode,omitempty"`
 }

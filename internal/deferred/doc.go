@@ -1,0 +1,31 @@
+// Package deferred implements the starts that fire a run later: throttled
+// (at most limit runs per period for a key, the excess waiting in arrival
+// order), debounced (one run for a burst of starts, fired after a quiet
+// period with the last start's request, capped by max_wait) and batched
+// (one run whose input is the list of the gathered starts' inputs, fired
+// at max_size or max_wait). docs/deferred.md describes the behaviour users
+// see; this comment describes how it is kept exact.
+//
+// Everything lives in the tenant's home shard (migration 0004): a waiting
+// run is a deferred_groups row plus, for debounce and batch, one
+// deferred_starts row per start. The run a group will fire already exists
+// in runs with status 'deferred' and no task. That row reserves the id
+// against ordinary starts (same idempotency path, so a different request
+// with that id is a 409), answers GET and listings, can be cancelled, and
+// counts in the tenant's running count: admission is decided when a start
+// is accepted and the slot is held until the run is final (see Accept).
+//
+// Firing (Fire, called by every worker's janitor tick, and by Accept when a
+// batch fills) replaces the deferred row by the real run through
+// runstore.StartTx, which writes the run, its first task and the count the
+// way every start does, in the same transaction that marks the group
+// fired. A group is fired under its row lock and only while it is pending,
+// and throttle keys are fired under a per-key advisory lock, so any number
+// of firers and gateways racing make exactly one run per throttled start,
+// per debounce window and per batch. Nothing is held in memory: a firer
+// that restarts, or another one, finds the same rows.
+//
+// Lock order, shared with the start committer: the tenant's count row,
+// then the throttle key, then the group, then the run, then the key
+// summaries written by the start.
+package deferred

@@ -1,0 +1,5 @@
+-- A later member of a batch: its input joins the list, in arrival order.
+UPDATE deferred_groups
+SET input = coalesce(input, '[]'::jsonb) || jsonb_build_array($2::jsonb), size = size + 1
+WHERE pk = $1
+RETURNING fires_at, size, max_size

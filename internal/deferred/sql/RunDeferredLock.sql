@@ -1,0 +1,4 @@
+-- The waiting run of a group, locked: a cancel of it (runstore.Cancel)
+-- either finished before, and the group must not fire, or waits for the
+-- firing and then finds the run it became.
+SELECT pk, status FROM runs WHERE tenant = $1 AND id = $2 FOR UPDATE

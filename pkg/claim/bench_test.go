@@ -1,0 +1,43 @@
+package claim_test
+
+import (
+	"testing"
+
+	"github.com/harvest-run/harvest/pkg/claim"
+)
+
+// The Go benchmarks measure one claim (one statement, autocommit) over a
+// skewed backlog of 50,000 rows: one key with 90%, 500 light keys. For the
+// full matrix use `harvest bench claim` (docs/benchmarks.md).
+func benchClaim(b *testing.B, fair bool, aging int) {
+	tb := setup(b)
+	tb.exec(`ALTER TABLE tasks DISABLE TRIGGER tasks_summary`)
+	tb.exec(`INSERT INTO runs (tenant, id, name, queue, request_hash)
+		SELECT 't1', g::text, 'wf', 'q', '\x00' FROM generate_series(1, 50000) g`)
+	tb.exec(`INSERT INTO tasks (run_pk, queue, fairness_key, due_at)
+		SELECT r.pk, 'q', CASE WHEN r.pk % 10 = 0 THEN 'light-' || (r.pk / 10) % 500 ELSE 'heavy' END,
+		       timestamptz '2026-01-01 00:00:00+00' + r.pk * interval '1 millisecond'
+		FROM runs r`)
+	tb.exec(`ALTER TABLE tasks ENABLE TRIGGER tasks_summary`)
+	tb.exec(`SELECT harvest_rebuild_summary('q')`)
+	tb.exec(`VACUUM ANALYZE tasks`)
+	tb.exec(`VACUUM ANALYZE runs`)
+	req := claim.Request{Queue: "q", Worker: "w", Fair: fair, AgingSecs: aging}
+	b.ResetTimer()
+	for b.Loop() {
+		r, err := claim.Claim(tb.ctx, tb.db, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !r.OK {
+			b.StopTimer()
+			tb.exec(`UPDATE tasks SET state = 'pending' WHERE state = 'running'`)
+			b.StartTimer()
+		}
+	}
+}
+
+func BenchmarkClaimFair(b *testing.B)           { benchClaim(b, true, 0) }
+func BenchmarkClaimOrdinary(b *testing.B)       { benchClaim(b, false, 0) }
+func BenchmarkClaimFairAgeing(b *testing.B)     { benchClaim(b, true, 60) }
+func BenchmarkClaimOrdinaryAgeing(b *testing.B) { benchClaim(b, false, 60) }

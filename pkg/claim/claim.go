@@ -1,0 +1,337 @@
+package claim
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+//go:embed sql/*.sql
+var sqlFiles embed.FS
+
+func mustSQL(name string) string {
+	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+var (
+	sqlTaskClaim         = mustSQL("TaskClaim")
+	sqlTaskClaimBatch    = mustSQL("TaskClaimBatch")
+	sqlTaskEnqueue       = mustSQL("TaskEnqueue")
+	sqlTaskComplete      = mustSQL("TaskComplete")
+	sqlTaskFail          = mustSQL("TaskFail")
+	sqlTaskHeartbeat     = mustSQL("TaskHeartbeat")
+	sqlTaskContinue      = mustSQL("TaskContinue")
+	sqlTaskRescueExpired = mustSQL("TaskRescueExpired")
+	sqlTaskPromoteDue    = mustSQL("TaskPromoteDue")
+	sqlFairStatePrune    = mustSQL("FairStatePrune")
+	sqlFairStateList     = mustSQL("FairStateList")
+)
+
+// DB is what the package needs of a connection: *pgxpool.Pool, *pgx.Conn
+// and pgx.Tx all qualify.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// DefaultLease is the lease of a claim whose request names none.
+const DefaultLease = 30 * time.Second
+
+// MaxRefusals bounds the rechecks that may refuse rows within one claim.
+const MaxRefusals = 8
+
+// Reasons a claim comes back without a task.
+const (
+	EmptyNoTask  = "no_task" // nothing pending and due (or all of it held by other claimers)
+	EmptyRefused = "refused" // the rechecks refused every row tried
+)
+
+// Reasons a recheck refuses a row.
+const (
+	ReasonConcurrencyCap = "concurrency_cap"
+	ReasonRateLimit      = "rate_limit"
+)
+
+// Request describes one claim.
+type Request struct {
+	Queue  string
+	Worker string // the claiming worker; rows pinned to it come first
+	// Now is the time the claim sorts and charges with (due times, ageing,
+	// rate buckets, charged_at). Zero means the database clock. Leases
+	// always use the database clock.
+	Now       time.Time
+	Fair      bool          // serve fairness keys in weighted round robin
+	AgingSecs int           // > 0: one priority level per AgingSecs waited
+	Lease     time.Duration // zero: DefaultLease
+}
+
+// Task is a claimed task.
+type Task struct {
+	ID             int64
+	RunPK          int64
+	Queue          string
+	Key            string // fairness key ("" is the default key)
+	QuotaKey       string
+	Priority       int
+	Continuation   bool
+	DueAt          time.Time
+	StickyWorker   string
+	StickyUntil    time.Time
+	Step           int
+	Input          json.RawMessage
+	Attempt        int // claims of this task so far, this one included
+	LeaseToken     uuid.UUID
+	LeaseExpiresAt time.Time
+	TraceContext   json.RawMessage
+}
+
+// Refusal is one row a recheck gave back during a claim.
+type Refusal struct {
+	TaskID   int64  `json:"task_id"`
+	QuotaKey string `json:"quota_key"`
+	Reason   string `json:"reason"`
+}
+
+// Result is the outcome of a claim. With OK false, Empty says why
+// (EmptyNoTask or EmptyRefused) and Refused lists the refusals.
+type Result struct {
+	Task    Task
+	OK      bool
+	Lag     float64 // the claimed key's lag before the charge (fair claims)
+	Refused []Refusal
+	Empty   string
+}
+
+func (r Request) args() (now any, lease int64) {
+	if !r.Now.IsZero() {
+		now = r.Now
+	}
+	l := r.Lease
+	if l <= 0 {
+		l = DefaultLease
+	}
+	return now, l.Microseconds()
+}
+
+func (r Request) validate() error {
+	if r.Queue == "" {
+		return errors.New("claim: empty queue name")
+	}
+	if r.AgingSecs < 0 {
+		return errors.New("claim: negative ageing")
+	}
+	return nil
+}
+
+// Claim takes one task from req.Queue: the fair claim when req.Fair is set,
+// the ordinary claim otherwise. It is one statement; run it on a pool (it
+// commits at once) or in a transaction of your own.
+func Claim(ctx context.Context, db DB, req Request) (Result, error) {
+	if err := req.validate(); err != nil {
+		return Result{}, err
+	}
+	now, lease := req.args()
+	return claimOne(ctx, db, "claim", sqlTaskClaim, req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, nil)
+}
+
+// ClaimByID takes the named task if it is still pending and due in
+// req.Queue (the dispatch channel), runs the rechecks and, when req.Fair is
+// set, charges its key. A row that is gone, not due, or held by another
+// claimer gives EmptyNoTask.
+func ClaimByID(ctx context.Context, db DB, id int64, req Request) (Result, error) {
+	if err := req.validate(); err != nil {
+		return Result{}, err
+	}
+	now, lease := req.args()
+	return claimOne(ctx, db, "claim by id", sqlTaskClaim, req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, id)
+}
+
+// claimOne runs one claim statement. On a pool or connection a deadlock
+// (the statement had no effect) is retried up to three times; inside the
+// caller's transaction it is returned, since the transaction is aborted.
+func claimOne(ctx context.Context, db DB, op, q string, args ...any) (Result, error) {
+	var res Result
+	var err error
+	tries := 3
+	if _, inTx := db.(pgx.Tx); inTx {
+		tries = 1
+	}
+	for attempt := 0; attempt < tries; attempt++ {
+		res, err = scanClaimed(db.QueryRow(ctx, q, args...))
+		err = mapError(op, err)
+		if !errors.Is(err, ErrDeadlock) {
+			break
+		}
+	}
+	return res, err
+}
+
+// ClaimBatch takes up to n tasks from req.Queue in one statement, each in
+// the order the single claim would take them; a fair batch charges the key
+// of every row taken. It returns the tasks taken and, when it stopped
+// because the rechecks refused the rest, those refusals.
+func ClaimBatch(ctx context.Context, db DB, req Request, n int) ([]Result, error) {
+	if err := req.validate(); err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		return nil, nil
+	}
+	now, lease := req.args()
+	rows, err := db.Query(ctx, sqlTaskClaimBatch, req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, n)
+	if err != nil {
+		return nil, mapError("claim batch", err)
+	}
+	var out []Result
+	for rows.Next() {
+		r, err := scanClaimed(rows)
+		if err != nil {
+			rows.Close()
+			return nil, mapError("claim batch", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapError("claim batch", err)
+	}
+	return out, nil
+}
+
+func scanClaimed(row pgx.Row) (Result, error) {
+	var (
+		outcome                        string
+		lag                            pgtype.Float8
+		refusals                       []byte
+		id, runPK                      pgtype.Int8
+		queue, key, quotaKey, sticky   pgtype.Text
+		prio, step, attempt            pgtype.Int4
+		cont                           pgtype.Bool
+		due, stickyUntil, leaseExpires pgtype.Timestamptz
+		input, trace                   []byte
+		token                          pgtype.UUID
+	)
+	if err := row.Scan(&outcome, &lag, &refusals, &id, &runPK, &queue, &key, &quotaKey, &prio, &cont,
+		&due, &sticky, &stickyUntil, &step, &input, &attempt, &token, &leaseExpires, &trace); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	if len(refusals) > 0 {
+		if err := json.Unmarshal(refusals, &res.Refused); err != nil {
+			return Result{}, fmt.Errorf("decode refusals: %w", err)
+		}
+		if len(res.Refused) == 0 {
+			res.Refused = nil
+		}
+	}
+	if outcome != "ok" {
+		res.Empty = outcome
+		return res, nil
+	}
+	res.OK = true
+	res.Lag = lag.Float64
+	res.Task = Task{
+		ID:             id.Int64,
+		RunPK:          runPK.Int64,
+		Queue:          queue.String,
+		Key:            key.String,
+		QuotaKey:       quotaKey.String,
+		Priority:       int(prio.Int32),
+		Continuation:   cont.Bool,
+		DueAt:          due.Time,
+		StickyWorker:   sticky.String,
+		StickyUntil:    stickyUntil.Time,
+		Step:           int(step.Int32),
+		Input:          input,
+		Attempt:        int(attempt.Int32),
+		LeaseToken:     uuid.UUID(token.Bytes),
+		LeaseExpiresAt: leaseExpires.Time,
+		TraceContext:   trace,
+	}
+	return res, nil
+}
+
+// QueueWeight is a queue and its share of a worker's claims.
+type QueueWeight struct {
+	Queue  string
+	Weight float64
+}
+
+// QueueOrder returns the queues in a random order where each position goes
+// to a queue with probability proportional to its weight among the queues
+// not yet placed (weighted sampling without replacement). Queues with a
+// weight <= 0 come last, in their given order. The order depends only on
+// rng, so a seeded rng gives a repeatable order.
+func QueueOrder(queues []QueueWeight, rng *rand.Rand) []string {
+	type keyed struct {
+		q string
+		k float64
+		i int
+	}
+	ks := make([]keyed, len(queues))
+	for i, q := range queues {
+		k := math.Inf(-1)
+		if q.Weight > 0 {
+			// Efraimidis-Spirakis: larger u^(1/w) first; use the log form.
+			u := rng.Float64()
+			for u == 0 {
+				u = rng.Float64()
+			}
+			k = math.Log(u) / q.Weight
+		}
+		ks[i] = keyed{q.Queue, k, i}
+	}
+	sort.SliceStable(ks, func(a, b int) bool {
+		if ks[a].k != ks[b].k {
+			return ks[a].k > ks[b].k
+		}
+		return ks[a].i < ks[b].i
+	})
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = k.q
+	}
+	return out
+}
+
+// ClaimQueues claims from several queues: it tries one queue at a time, in
+// the order QueueOrder draws, and returns the first task taken. Lags of two
+// queues do not compare, so the queues are never merged into one sort.
+// When every queue comes back empty, the result is EmptyRefused if any
+// queue refused rows (their refusals are all listed), else EmptyNoTask.
+// req.Queue is ignored.
+func ClaimQueues(ctx context.Context, db DB, queues []QueueWeight, req Request, rng *rand.Rand) (Result, error) {
+	out := Result{Empty: EmptyNoTask}
+	for _, q := range QueueOrder(queues, rng) {
+		r := req
+		r.Queue = q
+		res, err := Claim(ctx, db, r)
+		if err != nil {
+			return Result{}, err
+		}
+		if res.OK {
+			res.Refused = append(out.Refused, res.Refused...)
+			return res, nil
+		}
+		if len(res.Refused) > 0 {
+			out.Empty = EmptyRefused
+			out.Refused = append(out.Refused, res.Refused...)
+		}
+	}
+	return out, nil
+}

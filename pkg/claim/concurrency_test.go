@@ -1,0 +1,291 @@
+package claim_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/internal/testsvc"
+	"github.com/harvest-run/harvest/pkg/claim"
+)
+
+// A key with no debt that arrives while C claim loops drain a flood is
+// claimed within one claim per other active key plus C - 1, counted in the
+// claim order the database records (claimed_at). Up to C further claims are
+// allowed for statements whose snapshot was taken before the new row
+// committed: they could not see it.
+func TestNewKeyWaitsAtMostOneClaimPerActiveKey(t *testing.T) {
+	t.Parallel()
+	const C = 4
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(testsvc.NewDBURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = C + 2
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer db.Close()
+	b := &bundle{ctx: ctx, db: db, t: t}
+
+	run := b.run(runOpts{})
+	others := []string{"flood", "k1", "k2", "k3", "k4", "k5"}
+	for i, k := range others {
+		n := 40
+		if i == 0 {
+			n = 600
+		}
+		for range n {
+			b.task(taskOpts{RunPK: run, Key: k, DueAt: t0})
+		}
+	}
+
+	var claims atomic.Int64
+	var newID atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, C)
+	for w := range C {
+		wg.Go(func() {
+			req := claim.Request{Queue: "q", Worker: string(rune('a' + w)), Fair: true}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := claim.Claim(ctx, db, req)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !r.OK {
+					continue
+				}
+				claims.Add(1)
+				if err := claim.Complete(ctx, db, r.Task.ID, r.Task.LeaseToken, nil); err != nil {
+					errs <- err
+					return
+				}
+				if id := newID.Load(); id != 0 && r.Task.ID == id {
+					go func() { time.Sleep(50 * time.Millisecond); close(stop) }()
+				}
+			}
+		})
+	}
+	for claims.Load() < 60 {
+		time.Sleep(time.Millisecond)
+	}
+	id := b.task(taskOpts{RunPK: run, Key: "newcomer"})
+	var after time.Time
+	require.NoError(t, db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&after))
+	newID.Store(id)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+
+	var before int
+	require.NoError(t, db.QueryRow(ctx, `
+		SELECT count(*) FROM tasks
+		WHERE claimed_at > $1 AND claimed_at < (SELECT claimed_at FROM tasks WHERE id = $2)`,
+		after, id).Scan(&before))
+	bound := len(others) + C - 1 + C
+	t.Logf("claims before the new key: %d (bound %d, %d claims in all)", before, bound, claims.Load())
+	require.LessOrEqual(t, before, bound)
+}
+
+// One key with a flood is still served by every claimer: a claimer that
+// finds the key's summary row held waits for it instead of returning empty.
+func TestOneKeyFloodServedByAllClaimers(t *testing.T) {
+	t.Parallel()
+	const C = 4
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(testsvc.NewDBURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = C + 1
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer db.Close()
+	b := &bundle{ctx: ctx, db: db, t: t}
+	run := b.run(runOpts{})
+	b.exec(`INSERT INTO tasks (run_pk, queue, fairness_key) SELECT $1, 'q', 'only' FROM generate_series(1, 400)`, run)
+
+	var empty, taken atomic.Int64
+	var wg sync.WaitGroup
+	for range C {
+		wg.Go(func() {
+			for taken.Load() < 400 {
+				r, err := claim.Claim(ctx, db, claim.Request{Queue: "q", Fair: true})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.OK {
+					taken.Add(1)
+				} else if taken.Load() < 400 {
+					empty.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, 400, taken.Load())
+	// An empty answer can only come from the last claims racing the end.
+	require.LessOrEqual(t, empty.Load(), int64(C))
+	var pending int
+	require.NoError(t, db.QueryRow(ctx, `SELECT pending FROM fair_state WHERE key = 'only'`).Scan(&pending))
+	require.Zero(t, pending)
+}
+
+// A concurrency cap holds when several claimers race for it: the quota
+// row's lock makes the count and the lease one step.
+func TestConcurrencyCapHoldsUnderConcurrentClaims(t *testing.T) {
+	t.Parallel()
+	const C, limit, n = 4, 2, 120
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(testsvc.NewDBURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = C + 1
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer db.Close()
+	b := &bundle{ctx: ctx, db: db, t: t}
+	run := b.run(runOpts{})
+	b.exec(`INSERT INTO quotas (queue, quota_key, max_concurrent) VALUES ('q', 'capped', $1)`, limit)
+	b.exec(`INSERT INTO tasks (run_pk, queue, fairness_key, quota_key)
+		SELECT $1, 'q', 'k' || (g % 7), 'capped' FROM generate_series(1, $2) g`, run, n)
+
+	var inflight, peak, done atomic.Int64
+	var wg sync.WaitGroup
+	for w := range C {
+		wg.Go(func() {
+			req := claim.Request{Queue: "q", Worker: string(rune('a' + w)), Fair: w%2 == 0}
+			for done.Load() < n {
+				r, err := claim.Claim(ctx, db, req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !r.OK {
+					continue
+				}
+				cur := inflight.Add(1)
+				for {
+					p := peak.Load()
+					if cur <= p || peak.CompareAndSwap(p, cur) {
+						break
+					}
+				}
+				time.Sleep(time.Millisecond)
+				inflight.Add(-1)
+				if err := claim.Complete(ctx, db, r.Task.ID, r.Task.LeaseToken, nil); err != nil {
+					t.Error(err)
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, n, done.Load())
+	require.LessOrEqual(t, peak.Load(), int64(limit))
+}
+
+// Light keys that come back as soon as they are served (each one in debt by
+// at most one claim) are each served within one round of the other active
+// keys plus the claim loops, while a flood of one key is drained by C
+// loops. This is the case where a claim that started before a row
+// committed must still be able to take it once it sees it.
+func TestReturningKeysServedEveryRound(t *testing.T) {
+	t.Parallel()
+	const C, lightKeys, perKey = 4, 5, 15
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, err := pgxpool.ParseConfig(testsvc.NewDBURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = C + 2
+	db, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer db.Close()
+	b := &bundle{ctx: ctx, db: db, t: t}
+	run := b.run(runOpts{})
+	b.exec(`SELECT count(harvest_enqueue($1, 'q', 'flood', '', 0, false, NULL, NULL, NULL, 0, NULL, NULL, NULL))
+		FROM generate_series(1, 3000)`, run)
+
+	served := make(chan string, lightKeys*perKey)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range C {
+		wg.Go(func() {
+			req := claim.Request{Queue: "q", Worker: string(rune('a' + w)), Fair: true}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := claim.Claim(ctx, db, req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !r.OK {
+					continue
+				}
+				if r.Task.Key != "flood" {
+					served <- r.Task.Key
+				}
+				if err := claim.Complete(ctx, db, r.Task.ID, r.Task.LeaseToken, nil); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	added := map[string]int{}
+	var ids []int64
+	var addedAt []time.Time
+	add := func(key string) {
+		added[key]++
+		var id int64
+		var at time.Time
+		require.NoError(t, db.QueryRow(ctx, `SELECT harvest_enqueue($1, 'q', $2, '', 0, false, NULL, NULL, NULL, 0, NULL, NULL, NULL),
+			clock_timestamp()`, run, key).Scan(&id, &at))
+		ids = append(ids, id)
+		addedAt = append(addedAt, at)
+	}
+	for k := range lightKeys {
+		add(fmt.Sprintf("light-%d", k))
+	}
+	for range lightKeys * perKey {
+		k := <-served
+		if added[k] < perKey {
+			add(k)
+		}
+	}
+	close(stop)
+	wg.Wait()
+
+	bound := 1 + lightKeys + C
+	rows, err := db.Query(ctx, `
+		SELECT (SELECT count(*) FROM tasks x WHERE x.claimed_at > a.added_at AND x.claimed_at <= l.claimed_at)
+		FROM unnest($1::bigint[], $2::timestamptz[]) a(id, added_at) JOIN tasks l ON l.id = a.id
+		ORDER BY a.id`, ids, addedAt)
+	require.NoError(t, err)
+	positions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.Len(t, positions, lightKeys*perKey)
+	for i, p := range positions {
+		require.LessOrEqual(t, p, bound, "task %d was claim number %d after it was added", ids[i], p)
+	}
+}

@@ -1,0 +1,263 @@
+package claim_test
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/fairkeys"
+)
+
+// The SQL claim must follow the reference model of pkg/fairkeys step by
+// step: the same random operations go to both, and after each one the pick,
+// the empty reason, the refusals, the lag and every fairness state row must
+// agree.
+
+var (
+	mQueues    = []string{"q1", "q2"}
+	mKeys      = []string{fairkeys.DefaultKey, "a", "b", "c"}
+	mQuotaKeys = []string{"", "x", "y"}
+	mWorkers   = []string{"", "w1", "w2"}
+)
+
+type modelMachine struct {
+	b      *bundle
+	m      *fairkeys.Model
+	now    time.Time
+	run    int64
+	tokens map[int64]uuid.UUID // running tasks in the database, by id
+	maxID  int64
+}
+
+func (mm *modelMachine) ms(t *rapid.T, label string, lo, hi int) time.Duration {
+	return time.Duration(rapid.IntRange(lo, hi).Draw(t, label)) * time.Millisecond
+}
+
+func (mm *modelMachine) running(t *rapid.T) (int64, bool) {
+	if len(mm.tokens) == 0 {
+		return 0, false
+	}
+	var ids []int64
+	for id := range mm.tokens {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return rapid.SampledFrom(ids).Draw(t, "running"), true
+}
+
+func (mm *modelMachine) insert(t *rapid.T) {
+	task := fairkeys.Task{
+		Queue:        rapid.SampledFrom(mQueues).Draw(t, "queue"),
+		Key:          rapid.SampledFrom(mKeys).Draw(t, "key"),
+		QuotaKey:     rapid.SampledFrom(mQuotaKeys).Draw(t, "quota"),
+		Priority:     rapid.IntRange(-1, 2).Draw(t, "prio"),
+		Continuation: rapid.Bool().Draw(t, "cont"),
+		DueAt:        mm.now.Add(mm.ms(t, "due", -3000, 3000).Truncate(250 * time.Millisecond)),
+	}
+	if rapid.IntRange(0, 3).Draw(t, "sticky?") == 0 {
+		task.StickyWorker = rapid.SampledFrom(mWorkers[1:]).Draw(t, "stickyWorker")
+		task.StickyUntil = mm.now.Add(mm.ms(t, "stickyFor", -1000, 4000))
+	}
+	id := mm.b.task(taskOpts{RunPK: mm.run, Queue: task.Queue, Key: task.Key, QuotaKey: task.QuotaKey,
+		Priority: task.Priority, Continuation: task.Continuation, DueAt: task.DueAt,
+		StickyWorker: task.StickyWorker, StickyUntil: task.StickyUntil, Now: mm.now})
+	task.ID = id
+	mm.maxID = max(mm.maxID, id)
+	mm.m.Insert(task)
+}
+
+func (mm *modelMachine) compare(t *rapid.T, what string, want fairkeys.ClaimResult, got claim.Result) {
+	if got.OK {
+		mm.tokens[got.Task.ID] = got.Task.LeaseToken
+		stats.ok++
+	}
+	stats.refused += len(got.Refused)
+	if got.Lag > 0 {
+		stats.lagged++
+	}
+	var wantRef, gotRef []string
+	for _, r := range want.Refused {
+		wantRef = append(wantRef, fmt.Sprintf("%d/%s/%s", r.TaskID, r.QuotaKey, r.Reason))
+	}
+	for _, r := range got.Refused {
+		gotRef = append(gotRef, fmt.Sprintf("%d/%s/%s", r.TaskID, r.QuotaKey, r.Reason))
+	}
+	w := fmt.Sprintf("ok=%v id=%d empty=%q lag=%v refused=%v", want.OK, want.Task.ID, want.Empty, want.Lag, wantRef)
+	g := fmt.Sprintf("ok=%v id=%d empty=%q lag=%v refused=%v", got.OK, got.Task.ID, got.Empty, got.Lag, gotRef)
+	if w != g {
+		t.Fatalf("%s: model %s, sql %s", what, w, g)
+	}
+}
+
+func (mm *modelMachine) request(t *rapid.T) fairkeys.ClaimRequest {
+	return fairkeys.ClaimRequest{
+		Queue:     rapid.SampledFrom(mQueues).Draw(t, "queue"),
+		Worker:    rapid.SampledFrom(mWorkers).Draw(t, "worker"),
+		Now:       mm.now,
+		Fair:      rapid.IntRange(0, 3).Draw(t, "fair") > 0,
+		AgingSecs: rapid.SampledFrom([]int{0, 0, 0, 1, 4}).Draw(t, "aging"),
+	}
+}
+
+func sqlRequest(r fairkeys.ClaimRequest) claim.Request {
+	return claim.Request{Queue: r.Queue, Worker: r.Worker, Now: r.Now, Fair: r.Fair, AgingSecs: r.AgingSecs, Lease: time.Hour}
+}
+
+func (mm *modelMachine) actions() map[string]func(*rapid.T) {
+	b := mm.b
+	return map[string]func(*rapid.T){
+		"insert": mm.insert,
+		"claim": func(t *rapid.T) {
+			req := mm.request(t)
+			got, err := claim.Claim(b.ctx, b.db, sqlRequest(req))
+			require.NoError(t, err)
+			mm.compare(t, fmt.Sprintf("claim %+v", req), mm.m.Claim(req), got)
+		},
+		"claimByID": func(t *rapid.T) {
+			if mm.maxID == 0 {
+				t.Skip("no task yet")
+			}
+			id := rapid.Int64Range(1, mm.maxID).Draw(t, "id")
+			req := mm.request(t)
+			got, err := claim.ClaimByID(b.ctx, b.db, id, sqlRequest(req))
+			require.NoError(t, err)
+			mm.compare(t, fmt.Sprintf("claim by id %d %+v", id, req), mm.m.ClaimByID(id, req), got)
+		},
+		"complete": func(t *rapid.T) {
+			id, ok := mm.running(t)
+			if !ok {
+				t.Skip("nothing running")
+			}
+			require.NoError(t, claim.Complete(b.ctx, b.db, id, mm.tokens[id], nil))
+			delete(mm.tokens, id)
+			mm.m.Complete(id)
+		},
+		"requeue": func(t *rapid.T) {
+			id, ok := mm.running(t)
+			if !ok {
+				t.Skip("nothing running")
+			}
+			due := mm.now.Add(mm.ms(t, "due", -2000, 3000))
+			retried, err := claim.Fail(b.ctx, b.db, id, mm.tokens[id], claim.FailOptions{Error: "x", RetryAt: due, Now: mm.now})
+			require.NoError(t, err)
+			require.True(t, retried)
+			delete(mm.tokens, id)
+			mm.m.Requeue(id, due)
+		},
+		"setWeight": func(t *rapid.T) {
+			q := rapid.SampledFrom(mQueues).Draw(t, "queue")
+			k := rapid.SampledFrom(mKeys[1:]).Draw(t, "key")
+			w := rapid.SampledFrom([]float64{0.25, 0.5, 1, 2, 3}).Draw(t, "weight")
+			b.exec(`INSERT INTO weight_overrides (queue, key, weight) VALUES ($1, $2, $3)
+				ON CONFLICT (queue, key) DO UPDATE SET weight = EXCLUDED.weight`, q, k, w)
+			mm.m.SetWeight(q, k, w)
+		},
+		"clearWeight": func(t *rapid.T) {
+			q := rapid.SampledFrom(mQueues).Draw(t, "queue")
+			k := rapid.SampledFrom(mKeys[1:]).Draw(t, "key")
+			b.exec(`DELETE FROM weight_overrides WHERE queue = $1 AND key = $2`, q, k)
+			mm.m.ClearWeight(q, k)
+		},
+		"setQuota": func(t *rapid.T) {
+			q := rapid.SampledFrom(mQueues).Draw(t, "queue")
+			qk := rapid.SampledFrom(mQuotaKeys[1:]).Draw(t, "quota")
+			quota := fairkeys.Quota{
+				MaxConcurrent: rapid.IntRange(0, 2).Draw(t, "cap"),
+				Rate:          rapid.SampledFrom([]float64{0, 0.5, 1, 3}).Draw(t, "rate"),
+				Burst:         rapid.SampledFrom([]float64{1, 2}).Draw(t, "burst"),
+			}
+			var capArg, rate, burst any
+			if quota.MaxConcurrent > 0 {
+				capArg = quota.MaxConcurrent
+			}
+			if quota.Rate > 0 {
+				rate, burst = quota.Rate, quota.Burst
+			}
+			b.exec(`INSERT INTO quotas (queue, quota_key, max_concurrent, rate, burst) VALUES ($1, $2, $3, $4, $5)
+				ON CONFLICT (queue, quota_key) DO UPDATE
+				SET max_concurrent = EXCLUDED.max_concurrent, rate = EXCLUDED.rate, burst = EXCLUDED.burst`,
+				q, qk, capArg, rate, burst)
+			mm.m.SetQuota(q, qk, quota)
+		},
+		"clearQuota": func(t *rapid.T) {
+			q := rapid.SampledFrom(mQueues).Draw(t, "queue")
+			qk := rapid.SampledFrom(mQuotaKeys[1:]).Draw(t, "quota")
+			b.exec(`DELETE FROM quotas WHERE queue = $1 AND quota_key = $2`, q, qk)
+			b.exec(`DELETE FROM rate_buckets WHERE queue = $1 AND quota_key = $2`, q, qk)
+			mm.m.ClearQuota(q, qk)
+		},
+		"prune": func(t *rapid.T) {
+			window := mm.ms(t, "window", 0, 6000).Truncate(500 * time.Millisecond)
+			preview := rapid.Bool().Draw(t, "preview")
+			got, err := claim.PruneFairState(b.ctx, b.db, mm.now, window, preview)
+			require.NoError(t, err)
+			var want []fairkeys.StateKey
+			if preview {
+				want = mm.m.Clone().Prune(mm.now, window)
+			} else {
+				want = mm.m.Prune(mm.now, window)
+			}
+			var g []fairkeys.StateKey
+			for _, k := range got {
+				g = append(g, fairkeys.StateKey{Queue: k.Queue, Key: k.Key})
+			}
+			require.Equal(t, want, g, "prune window %v preview %v", window, preview)
+			stats.pruned += len(g)
+		},
+		"advance": func(t *rapid.T) {
+			mm.now = mm.now.Add(mm.ms(t, "advance", 1, 2500))
+		},
+		"": func(t *rapid.T) {
+			rows, err := claim.FairState(b.ctx, b.db)
+			require.NoError(t, err)
+			got := map[fairkeys.StateKey]fairkeys.KeyState{}
+			for _, r := range rows {
+				got[fairkeys.StateKey{Queue: r.Queue, Key: r.Key}] = fairkeys.KeyState{
+					Pass: r.Pass, LastStart: r.LastStart, ChargedAt: r.ChargedAt.UTC()}
+			}
+			want := map[fairkeys.StateKey]fairkeys.KeyState{}
+			for _, q := range mQueues {
+				for _, k := range mKeys {
+					if s, ok := mm.m.State(q, k); ok {
+						s.ChargedAt = s.ChargedAt.UTC()
+						want[fairkeys.StateKey{Queue: q, Key: k}] = s
+					}
+				}
+			}
+			require.Equal(t, want, got)
+		},
+	}
+}
+
+// stats shows in -v output that the random runs reach the interesting cases.
+var stats struct{ ok, refused, lagged, pruned int }
+
+func TestSQLFollowsModel(t *testing.T) {
+	t.Parallel()
+	if f := flag.Lookup("rapid.steps"); f != nil && f.Value.String() == f.DefValue {
+		require.NoError(t, flag.Set("rapid.steps", "80"))
+	}
+	b := setup(t)
+	rapid.Check(t, func(rt *rapid.T) {
+		b.exec(`TRUNCATE runs, tasks, fair_state, weight_overrides, quotas, rate_buckets, tenant_running RESTART IDENTITY`)
+		mm := &modelMachine{b: b, m: fairkeys.NewModel(), now: t0, tokens: map[int64]uuid.UUID{}}
+		mm.run = b.run(runOpts{MaxAttempts: 1_000_000})
+		acts := mm.actions()
+		// Claims and inserts are what the test is about: give them more
+		// weight than the other operations.
+		acts["claim again"] = acts["claim"]
+		acts["claim once more"] = acts["claim"]
+		acts["insert more"] = acts["insert"]
+		acts["set quota again"] = acts["setQuota"]
+		rt.Repeat(acts)
+	})
+	t.Logf("claims taken %d, refusals %d, claims with lag > 0 %d, state rows pruned %d",
+		stats.ok, stats.refused, stats.lagged, stats.pruned)
+}

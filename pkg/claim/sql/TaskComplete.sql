@@ -1,0 +1,1 @@
+SELECT harvest_complete($1, $2, $3)

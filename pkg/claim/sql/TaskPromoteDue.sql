@@ -1,0 +1,1 @@
+SELECT harvest_promote_due($1, $2, $3)

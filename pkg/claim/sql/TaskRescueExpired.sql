@@ -1,0 +1,1 @@
+SELECT rescued, failed FROM harvest_rescue_expired($1)
