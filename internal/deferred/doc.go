@@ -25,6 +25,14 @@
 // per debounce window and per batch. Nothing is held in memory: a firer
 // that restarts, or another one, finds the same rows.
 //
+// Cancel cancels what a start's id stands for. A waiting run is cancelled
+// under the tenant's count lock, so it cannot interleave with a firing: it
+// either closes the group before it fires, or cancels the run it became.
+//
+// The ids of debounce and batch starts are kept in deferred_starts, not in
+// runs, so migration 0005 adds a trigger that stops an ordinary start from
+// taking one of them for a run.
+//
 // Lock order, shared with the start committer: the tenant's count row,
 // then the throttle key, then the group, then the run, then the key
 // summaries written by the start.

@@ -11,6 +11,13 @@
 // and a dispatch for each new task whose queue had no backlog; a publish
 // that fails costs latency, never a start.
 //
+// A deferred start (throttle, debounce, batch) is not group-committed: it
+// goes to deferred.Start in a transaction of its own, with the same
+// admitter, and the runs it starts at once are announced the same way.
+// Reads and cancels of an id go through internal/deferred too, so a
+// deferred start's id resolves to the run it stands for (see
+// docs/deferred.md).
+//
 // Every new run passes tenant admission inside its start transaction
 // (pkg/tenantcap: the read-only system limit HARVEST_MAX_RUNS and the
 // algorithm and TFM stored on shard 0, watched over NATS). Operators manage

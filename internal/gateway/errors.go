@@ -10,6 +10,10 @@ import (
 	"github.com/harvest-run/harvest/pkg/api"
 )
 
+// reservedIDConstraint is the constraint named by the refusal of a run
+// whose id a deferred start holds (migration 0005_deferred_ids).
+const reservedIDConstraint = "runs_id_reserved_by_deferred_start"
+
 // apiError turns an error of the start, read, list or cancel paths into the
 // API error the caller gets. Errors with no meaning for the caller are
 // logged and answered with a bare 500.
@@ -37,6 +41,11 @@ func (g *Gateway) apiError(err error, shard int, what string) *api.Error {
 		return api.NewError(api.CodeUnavailable, "shard %d is unavailable; try again later", shard)
 	}
 	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" && pe.ConstraintName == reservedIDConstraint {
+		// An ordinary start reusing the id of a debounce or batch start
+		// (migration 0005).
+		return api.NewError(api.CodeConflict, "this id was used by a debounced or batched start; use a new id, or send the same request again")
+	}
 	if errors.As(err, &pe) && len(pe.Code) == 5 && pe.Code[:2] == "22" {
 		// A data exception: a value the database cannot hold.
 		if pe.Code == "22P05" {

@@ -64,7 +64,9 @@ type Gateway struct {
 	shards     []*pgxpool.Pool
 	committers []*runstore.Committer
 
-	adm      *admission
+	adm *admission
+	// admitter decides new runs: the committers' and deferred starts'.
+	admitter Admitter
 	sessions *sessionStore
 
 	tracer   trace.Tracer
@@ -143,6 +145,7 @@ func New(opts Options) (*Gateway, error) {
 	if admitter == nil {
 		admitter = admitHook{g.adm}
 	}
+	g.admitter = admitter
 	for i, pool := range g.shards {
 		shard := i
 		g.committers = append(g.committers, runstore.NewCommitter(pool, i, runstore.CommitterOptions{

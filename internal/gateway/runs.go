@@ -8,19 +8,23 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/harvest-run/harvest/internal/deferred"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/pkg/api"
 )
 
-// getRun reads the tenant's run; with wait > 0 it waits until the run is
-// final or the wait ends, and answers the run as it then stands. It wakes
-// on the run's NATS event and rereads every WaitPoll besides, so a lost
-// event costs at most one poll.
+// getRun reads what an id of the tenant stands for (deferred.Get): a run,
+// or a deferred start, shown as the run it will fire (status deferred,
+// fires_at) or fired. With wait > 0 it waits until the run is final or the
+// wait ends, and answers as things then stand. It wakes on the run's NATS
+// event (under the id asked for and under the run's own id, when a
+// debounce or batch start's id was asked for) and rereads every WaitPoll
+// besides, so a lost event costs at most one poll.
 func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Duration) (api.Run, *api.Error) {
 	shard := g.home(tenant)
 	pool := g.shards[shard]
 	read := func(ctx context.Context) (api.Run, *api.Error) {
-		run, err := runstore.Get(ctx, pool, tenant, id, shard)
+		run, err := deferred.Get(ctx, pool, tenant, id, shard)
 		if err != nil {
 			return api.Run{}, g.apiError(err, shard, "read run")
 		}
@@ -32,17 +36,27 @@ func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Durat
 	// Listen before the first read, so an event sent between the read and
 	// the wait is not missed.
 	events := make(chan struct{}, 1)
-	if g.nc != nil {
-		sub, err := g.nc.Subscribe(g.subjects.Runs(tenant, id), func(*nats.Msg) {
+	var subs []*nats.Subscription
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+	subscribe := func(runID string) {
+		if g.nc == nil {
+			return
+		}
+		sub, err := g.nc.Subscribe(g.subjects.Runs(tenant, runID), func(*nats.Msg) {
 			select {
 			case events <- struct{}{}:
 			default:
 			}
 		})
 		if err == nil {
-			defer func() { _ = sub.Unsubscribe() }()
+			subs = append(subs, sub)
 		}
 	}
+	subscribe(id)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	poll := time.NewTicker(g.cfg.WaitPoll)
@@ -51,6 +65,11 @@ func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Durat
 		run, e := read(ctx)
 		if e != nil || run.Status.Final() {
 			return run, e
+		}
+		if run.RunID != "" && run.RunID != id && len(subs) < 2 {
+			// A debounce or batch start: its run's events go out under
+			// the run's id. One missed before this point costs one poll.
+			subscribe(run.RunID)
 		}
 		select {
 		case <-events:
@@ -73,16 +92,25 @@ func (g *Gateway) listRuns(ctx context.Context, p runstore.ListParams) (api.RunL
 	return api.RunList{Runs: res.Runs, NextCursor: res.NextCursor}, nil
 }
 
-// cancelRun cancels the tenant's run and announces it on the run's event
-// subject (a worker holding its task learns of it at its next heartbeat).
+// cancelRun cancels what an id of the tenant stands for (deferred.Cancel):
+// a run, a throttled start (waiting or fired), or the one run of a debounce
+// window or batch, by any of its starts' ids. A cancel is announced on the
+// run's event subject, under the run's own id (a worker holding its task
+// learns of it at its next heartbeat) and, for a start's id, under that id
+// too, for those waiting on it.
 func (g *Gateway) cancelRun(ctx context.Context, tenant, id, reason string) (api.Run, *api.Error) {
 	shard := g.home(tenant)
-	res, err := runstore.Cancel(ctx, g.shards[shard], tenant, id, shard, reason)
+	res, err := deferred.Cancel(ctx, g.shards[shard], tenant, id, shard, reason)
 	if err != nil {
 		return api.Run{}, g.apiError(err, shard, "cancel run")
 	}
 	if res.Cancelled {
-		g.publishRun(ctx, res.Run)
+		ev := res.Run
+		if ev.RunID != "" && ev.RunID != ev.ID {
+			g.publishRun(ctx, ev)
+			ev.ID = ev.RunID
+		}
+		g.publishRun(ctx, ev)
 	}
 	return res.Run, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/harvest-run/harvest/internal/deferred"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/internal/telemetry"
@@ -44,26 +46,17 @@ func (g *Gateway) prepare(ctx context.Context, c caller, req *api.StartRequest) 
 		return e
 	}
 	if req.Deferred() {
-		// Reserved: the start modes that fire later arrive with their own
-		// issue. Refuse them rather than start a run now.
-		field := "throttle"
-		switch {
-		case len(req.Debounce) > 0:
-			field = "debounce"
-		case len(req.Batch) > 0:
-			field = "batch"
+		// The mode's own rules (throttle.limit, debounce.max_wait, ...),
+		// checked here so that a bad deferral is refused before the
+		// authorizer sees it; deferred.Accept checks them again.
+		if _, e := req.ParseDefer(); e != nil {
+			return e
 		}
-		return api.Invalid(field, "%s starts are not supported by this gateway yet", field)
 	}
 	if g.cfg.KeyBinding {
-		bound := c.tenant
-		if req.FairnessKey != nil {
-			bound = c.tenant + "/" + *req.FairnessKey
+		if e := g.bindKey(c.tenant, req); e != nil {
+			return e
 		}
-		if err := fairkeys.ValidateKey(bound); err != nil {
-			return api.Invalid("fairness_key", "fairness_key bound to the tenant (%q) %v", truncate(bound, 80), err)
-		}
-		req.FairnessKey = &bound
 	}
 	if req.ID == "" {
 		id, err := uuid.NewV7()
@@ -87,6 +80,38 @@ func (g *Gateway) prepare(ctx context.Context, c caller, req *api.StartRequest) 
 	return nil
 }
 
+// bindKey applies key binding (HARVEST_GATEWAY_KEY_BINDING) to a start, so
+// that no tenant can file runs under another tenant's key: the bound key
+// is <tenant> without a key and <tenant>/k with key k.
+//
+// An ordinary start binds its fairness key. A deferred start (throttle,
+// debounce, batch) may not set one: the run it fires later takes its quota
+// key as its fairness key. Binding is therefore applied to its quota key,
+// which then becomes the fired run's (bound) fairness key. Leaving the
+// quota key unbound instead would let a tenant name another tenant's bound
+// key as its quota key and have its deferred runs scheduled, and weighted,
+// as that tenant's. The price is that such runs count against the quota
+// configured for the bound key (<tenant>/k), not for k.
+func (g *Gateway) bindKey(tenant string, req *api.StartRequest) *api.Error {
+	field, key := "fairness_key", req.FairnessKey
+	if req.Deferred() {
+		field, key = "quota_key", req.QuotaKey
+	}
+	bound := tenant
+	if key != nil {
+		bound = tenant + "/" + *key
+	}
+	if err := fairkeys.ValidateKey(bound); err != nil {
+		return api.Invalid(field, "%s bound to the tenant (%q) %v", field, truncate(bound, 80), err)
+	}
+	if req.Deferred() {
+		req.QuotaKey = &bound
+	} else {
+		req.FairnessKey = &bound
+	}
+	return nil
+}
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -95,23 +120,26 @@ func truncate(s string, n int) string {
 }
 
 // startMany runs the starts of one caller (one start, or a batch's items)
-// through the home shard's committer. Items whose err is already set are
-// answered with it and not started. Each start gets its own span, a child
-// of ctx's.
+// on the tenant's home shard: ordinary starts through the shard's
+// committer, deferred starts (throttle, debounce, batch) one by one in
+// the caller's order through deferred.Start. Items whose err is already
+// set are answered with it and not started. Each start gets its own span,
+// a child of ctx's.
 func (g *Gateway) startMany(ctx context.Context, c caller, reqs []api.StartRequest, errs []*api.Error) []started {
 	begin := time.Now()
 	shard := g.home(c.tenant)
 	out := make([]started, len(reqs))
 	spans := make([]trace.Span, len(reqs))
+	ctxs := make([]context.Context, len(reqs))
 	var params []runstore.StartParams
-	var index []int
+	var index, deferredIdx []int
 	for i := range reqs {
 		sctx, span := g.tracer.Start(ctx, "harvest.start", trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(
 				attribute.String("harvest.transport", c.transport),
 				attribute.String("harvest.tenant", c.tenant),
 				attribute.Int("harvest.shard", shard)))
-		spans[i] = span
+		spans[i], ctxs[i] = span, sctx
 		if errs != nil && errs[i] != nil {
 			out[i].err = errs[i]
 			continue
@@ -124,22 +152,36 @@ func (g *Gateway) startMany(ctx context.Context, c caller, reqs []api.StartReque
 			attribute.String("harvest.run_id", reqs[i].ID),
 			attribute.String("harvest.queue", reqs[i].Queue),
 			attribute.String("harvest.fairness_key", reqs[i].Key()))
+		if reqs[i].Deferred() {
+			deferredIdx = append(deferredIdx, i)
+			continue
+		}
 		params = append(params, runstore.StartParams{
 			Tenant: c.tenant, Shard: shard, Req: reqs[i], TraceContext: telemetry.InjectJSON(sctx),
 		})
 		index = append(index, i)
 	}
+	var wg sync.WaitGroup
 	if len(params) > 0 {
-		results := g.committers[shard].StartMany(ctx, params)
-		for j, r := range results {
-			i := index[j]
-			if r.Err != nil {
-				out[i].err = g.apiError(r.Err, shard, "start")
-				continue
+		wg.Go(func() {
+			results := g.committers[shard].StartMany(ctx, params)
+			for j, r := range results {
+				i := index[j]
+				if r.Err != nil {
+					out[i].err = g.apiError(r.Err, shard, "start")
+					continue
+				}
+				out[i] = started{run: r.Result.Run, created: r.Result.Created}
 			}
-			out[i] = started{run: r.Result.Run, created: r.Result.Created}
+		})
+	}
+	for _, i := range deferredIdx {
+		out[i] = g.startDeferred(ctxs[i], c, shard, reqs[i])
+		if out[i].err == nil {
+			spans[i].SetAttributes(attribute.String("harvest.defer_mode", string(out[i].run.DeferMode)))
 		}
 	}
+	wg.Wait()
 	elapsed := time.Since(begin).Seconds()
 	for i, span := range spans {
 		outcome := "created"
@@ -158,6 +200,24 @@ func (g *Gateway) startMany(ctx context.Context, c caller, reqs []api.StartReque
 		g.duration.Record(ctx, elapsed, attrs)
 	}
 	return out
+}
+
+// startDeferred takes one deferred start in a transaction of its own on
+// the tenant's home shard. Admission is decided there, when the start is
+// accepted (see docs/deferred.md), by the same admitter as the committers
+// use. Runs the start fired at once (a throttled start under its limit, a
+// batch it filled) are announced like those of a committed group.
+func (g *Gateway) startDeferred(ctx context.Context, c caller, shard int, req api.StartRequest) started {
+	res, err := deferred.Start(ctx, g.shards[shard], deferred.Params{
+		Tenant: c.tenant, Shard: shard, Req: req, TraceContext: telemetry.InjectJSON(ctx), Admitter: g.admitter,
+	})
+	if err != nil {
+		return started{err: g.apiError(err, shard, "deferred start")}
+	}
+	if len(res.Started) > 0 {
+		g.publishStarted(shard, res.Started)
+	}
+	return started{run: res.Run, created: res.Created}
 }
 
 // contextOf rebuilds a context carrying a stored trace context, so the

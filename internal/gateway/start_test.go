@@ -210,7 +210,7 @@ func TestBadStartsLeaveNothingBehind(t *testing.T) {
 		{"throttle with key", startBody(`"fairness_key":"k","throttle":{"limit":1}`), 400, "fairness_key"},
 		{"debounce with key", startBody(`"fairness_key":"k","debounce":{}`), 400, "fairness_key"},
 		{"batch with key", startBody(`"fairness_key":"k","batch":{}`), 400, "fairness_key"},
-		{"throttle not yet", startBody(`"throttle":{"limit":1}`), 400, "throttle"},
+		{"throttle without period", startBody(`"throttle":{"limit":1}`), 400, "throttle.period"},
 		{"not json", `{"name":`, 400, ""},
 		{"not an object", `[1,2]`, 400, ""},
 		{"empty body", ``, 400, ""},

@@ -49,6 +49,10 @@ func TestTickFiresDueDeferredStarts(t *testing.T) {
 	rep, err := janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.DeferredFired)
+	// What fired is reported for the caller to announce.
+	require.Len(t, rep.DeferredStarted, 1)
+	require.Equal(t, due.Run.RunID, rep.DeferredStarted[0].Params.Req.ID)
+	require.Equal(t, map[string]int{"q": 1}, rep.WakeQueues())
 	require.Equal(t, 1, b.scalar(`SELECT count(*) FROM runs WHERE status = 'queued' AND id = $1`, due.Run.RunID))
 	require.Equal(t, 1, b.scalar(`SELECT count(*) FROM runs WHERE status = 'deferred'`))
 	// The recount agrees with the slots deferred starts hold.
@@ -58,6 +62,7 @@ func TestTickFiresDueDeferredStarts(t *testing.T) {
 	rep, err = janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
 	require.NoError(t, err)
 	require.Zero(t, rep.DeferredFired)
+	require.Nil(t, rep.WakeQueues())
 }
 
 // Every worker runs a janitor: racing ticks fire each window once.

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harvest-run/harvest/internal/deferred"
+	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
@@ -88,6 +89,28 @@ type Report struct {
 	DeferredFired     int
 	DeferredCancelled int
 	DeferredPruned    int
+	// DeferredStarted lists the runs this tick fired, once committed. The
+	// janitor has no NATS connection of its own: its caller announces them
+	// (see WakeQueues), so that workers waiting for work of those queues
+	// claim at once instead of at their next poll.
+	DeferredStarted []runstore.Committed
+}
+
+// WakeQueues counts the fired runs by queue, leaving out those whose first
+// task is not due yet: what a wake-up per queue should announce.
+func (r Report) WakeQueues() map[string]int {
+	var out map[string]int
+	for _, c := range r.DeferredStarted {
+		req := &c.Params.Req
+		if req.RunAt != nil || (req.Delay != nil && *req.Delay > 0) {
+			continue
+		}
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[req.Queue]++
+	}
+	return out
 }
 
 // Tick runs every job once.
@@ -107,6 +130,7 @@ func Tick(ctx context.Context, db DB, s Settings) (Report, error) {
 	// failure to fire one group does not hold back the jobs below.
 	fired, fireErr := deferred.Fire(ctx, db, deferred.FireOptions{})
 	rep.DeferredFired, rep.DeferredCancelled = fired.Fired, fired.Cancelled
+	rep.DeferredStarted = fired.Started
 	if fireErr != nil {
 		fireErr = fmt.Errorf("janitor: fire deferred starts: %w", fireErr)
 	}
@@ -173,8 +197,9 @@ func exclusive(ctx context.Context, db DB, s Settings, rep *Report) error {
 }
 
 // Run ticks every interval until ctx ends. A failed tick is logged and the
-// next one tries again. onTick, when set, sees every tick's report (a test
-// hook).
+// next one tries again. onTick, when set, sees every tick's report: the
+// worker announces the runs a tick fired (Report.DeferredStarted) from it,
+// and tests watch the ticks.
 func Run(ctx context.Context, db DB, s Settings, interval time.Duration, log *slog.Logger, onTick func(Report, error)) {
 	if log == nil {
 		log = slog.Default()

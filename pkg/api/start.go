@@ -38,9 +38,9 @@ type StartRequest struct {
 	Delay       *Duration       `json:"delay,omitempty"`
 	Timeout     *Duration       `json:"timeout,omitempty"`
 	MaxAttempts *int            `json:"max_attempts,omitempty"`
-	// Throttle, Debounce and Batch make a start that fires later. They are
-	// reserved here; a start that sets one of them cannot set FairnessKey,
-	// because the run it fires later takes the quota key as its key.
+	// Throttle, Debounce and Batch make a start that fires later; ParseDefer
+	// reads them into typed specs. A start that sets one of them cannot set
+	// FairnessKey, because the run it fires takes the quota key as its key.
 	Throttle json.RawMessage `json:"throttle,omitempty"`
 	Debounce json.RawMessage `json:"debounce,omitempty"`
 	Batch    json.RawMessage `json:"batch,omitempty"`

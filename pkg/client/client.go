@@ -105,6 +105,45 @@ type StartOptions struct {
 	Timeout time.Duration
 	// MaxAttempts bounds the attempts; zero: the server's default.
 	MaxAttempts int
+
+	// Throttle, Debounce and Batch defer the start (set at most one; see
+	// docs/deferred.md). A deferred start cannot set FairnessKey, RunAt or
+	// Delay: its run fires later and takes QuotaKey as its fairness key.
+	// The answer then has DeferMode and RunID set, and while the start
+	// waits, Status deferred and FiresAt, the latest time it fires.
+	//
+	// Throttle: at most Limit runs of the key start per Period; the rest
+	// wait in arrival order.
+	Throttle *api.ThrottleSpec
+	// Debounce: one run Period after the last start of the key (capped by
+	// MaxWait from the first), with the last start's request.
+	Debounce *api.DebounceSpec
+	// Batch: one run whose input is the list of the gathered starts'
+	// inputs, at MaxSize starts or MaxWait after the first.
+	Batch *api.BatchSpec
+}
+
+// Throttle returns the throttle option: at most limit runs per period for
+// key (within the tenant and queue).
+func Throttle(key string, limit int, period time.Duration) *api.ThrottleSpec {
+	return &api.ThrottleSpec{Key: key, Limit: limit, Period: api.Duration(period)}
+}
+
+// Debounce returns the debounce option: the run fires period after the
+// last start of key; maxWait (zero: no cap) bounds the wait from the first.
+func Debounce(key string, period, maxWait time.Duration) *api.DebounceSpec {
+	d := &api.DebounceSpec{Key: key, Period: api.Duration(period)}
+	if maxWait > 0 {
+		mw := api.Duration(maxWait)
+		d.MaxWait = &mw
+	}
+	return d
+}
+
+// Batch returns the batch option: starts of key gather into one run of at
+// most maxSize inputs, fired maxWait after the first at the latest.
+func Batch(key string, maxSize int, maxWait time.Duration) *api.BatchSpec {
+	return &api.BatchSpec{Key: key, MaxSize: maxSize, MaxWait: api.Duration(maxWait)}
 }
 
 // Request builds the API start request of a run of workflow name on queue
@@ -143,7 +182,29 @@ func (o StartOptions) Request(name, queue string, input any) (api.StartRequest, 
 		n := o.MaxAttempts
 		req.MaxAttempts = &n
 	}
+	if err := encodeSpec(&req.Throttle, o.Throttle); err != nil {
+		return api.StartRequest{}, err
+	}
+	if err := encodeSpec(&req.Debounce, o.Debounce); err != nil {
+		return api.StartRequest{}, err
+	}
+	if err := encodeSpec(&req.Batch, o.Batch); err != nil {
+		return api.StartRequest{}, err
+	}
 	return req, nil
+}
+
+// encodeSpec sets a deferral field of a request from its typed option.
+func encodeSpec[T any](dst *json.RawMessage, spec *T) error {
+	if spec == nil {
+		return nil
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return fmt.Errorf("client: encode deferral: %w", err)
+	}
+	*dst = b
+	return nil
 }
 
 // Started is the answer to a start.
@@ -153,6 +214,10 @@ type Started struct {
 	// that existed with the same id and request.
 	Created bool
 }
+
+// Deferred reports whether the start waits to fire (status deferred); then
+// Run.FiresAt is the latest time it fires and Run.RunID the run it fires.
+func (s Started) Deferred() bool { return s.Run.Status == api.StatusDeferred }
 
 // Start starts a run of workflow name on queue with input.
 func (c *Client) Start(ctx context.Context, name, queue string, input any, o StartOptions) (Started, error) {
@@ -197,7 +262,10 @@ func (c *Client) StartBatch(ctx context.Context, reqs []api.StartRequest) ([]api
 	return out.Results, err
 }
 
-// Get reads a run.
+// Get reads a run, or what the id of a deferred start stands for: status
+// deferred with FiresAt while it waits, then the run it fired (for the
+// starts of a debounce window or batch, Run.ID is the start's id and
+// Run.RunID the run's).
 func (c *Client) Get(ctx context.Context, id string) (api.Run, error) {
 	var run api.Run
 	_, err := c.httpCall(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, nil, &run)
@@ -262,6 +330,9 @@ func (c *Client) List(ctx context.Context, o ListOptions) (api.RunList, error) {
 // Cancel cancels a run and returns it. A queued run is cancelled at once;
 // a running one's worker learns of it at its next heartbeat and its result
 // is discarded. A run that already completed or failed gives a 409 error.
+// The id of a deferred start cancels the run it stands for: a waiting
+// throttled start never fires, and a debounce window or batch (named by
+// any of its starts) is cancelled as a whole.
 func (c *Client) Cancel(ctx context.Context, id string) (api.Run, error) {
 	var run api.Run
 	_, err := c.httpCall(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/cancel", nil, nil, &run)

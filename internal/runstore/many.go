@@ -1,0 +1,42 @@
+package runstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/claim"
+)
+
+var sqlRunGetMany = mustSQL("RunGetMany")
+
+// GetMany reads several runs of one shard in one query: run i is
+// (tenants[i], ids[i]). Runs come back in creation order; pairs with no run
+// are left out. A worker that finished a batch of tasks uses it to announce
+// their runs.
+func GetMany(ctx context.Context, db claim.DB, tenants, ids []string, shard int) ([]api.Run, error) {
+	if len(tenants) != len(ids) {
+		return nil, errors.New("runstore: GetMany: tenants and ids differ in length")
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := db.Query(ctx, sqlRunGetMany, tenants, ids)
+	if err != nil {
+		return nil, fmt.Errorf("runstore: read runs: %w", err)
+	}
+	defer rows.Close()
+	out := make([]api.Run, 0, len(ids))
+	for rows.Next() {
+		run, _, err := scanRun(rows, shard, nil)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, run)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("runstore: read runs: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,6 @@
+-- Several runs of the shard by (tenant, id) (the worker's run events).
+SELECT pk, id, tenant, name, queue, fairness_key, quota_key, priority, status, attempts,
+       created_at, claimed_at, finished_at, output, error
+FROM runs
+WHERE (tenant, id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+ORDER BY pk
