@@ -76,8 +76,13 @@ func runDev(ctx context.Context, e env, args []string) error {
 	}
 	fmt.Fprintln(e.stderr, "harvest dev: starting (Ctrl-C stops it and removes what it made)...")
 	var readyErr error
+	summary := e
+	if *traceStdout {
+		// Standard output carries the spans; the summary goes to stderr.
+		summary.stdout = e.stderr
+	}
 	err := devfleet.Run(ctx, opts, func(f *devfleet.Fleet) {
-		printFleet(e, f)
+		printFleet(summary, f)
 		if *envFile != "" {
 			if readyErr = writeEnvFile(*envFile, f.EnvLines()); readyErr != nil {
 				fmt.Fprintln(e.stderr, "harvest dev: --env-file:", readyErr)

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/sourcegraph/conc"
@@ -20,6 +19,7 @@ import (
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/config"
 	"github.com/harvest-run/harvest/internal/runstore"
+	"github.com/harvest-run/harvest/internal/telemetry"
 	"github.com/harvest-run/harvest/pkg/dispatch"
 )
 
@@ -129,7 +129,7 @@ func New(opts Options) (*Gateway, error) {
 		if cfg.ConnectTimeout > 0 {
 			pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 		}
-		pc.ConnConfig.Tracer = otelpgx.NewTracer()
+		telemetry.PoolConfig(pc)
 		pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 		if err != nil {
 			g.closePools()

@@ -32,7 +32,14 @@ var Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceCont
 type Option func(*options)
 
 type options struct {
-	stdout io.Writer
+	stdout     io.Writer
+	processors []sdktrace.SpanProcessor
+}
+
+// WithSpanProcessor also hands every span to sp (tests pass the span
+// recorder of go.opentelemetry.io/otel/sdk/trace/tracetest).
+func WithSpanProcessor(sp sdktrace.SpanProcessor) Option {
+	return func(o *options) { o.processors = append(o.processors, sp) }
 }
 
 // WithStdout also writes every finished span to w as JSON, whatever the
@@ -49,7 +56,47 @@ var registry struct {
 // Setup installs the global tracer provider, propagator and meter provider
 // for serviceName. It returns a shutdown function that flushes pending spans;
 // call it before the process exits.
+//
+// After Shared, Setup installs nothing and returns a shutdown that does
+// nothing: the providers of Shared stay in force.
 func Setup(ctx context.Context, serviceName string, opts ...Option) (shutdown func(context.Context) error, err error) {
+	shared.mu.Lock()
+	pinned := shared.on
+	shared.mu.Unlock()
+	if pinned {
+		return func(context.Context) error { return nil }, nil
+	}
+	return setup(ctx, serviceName, opts...)
+}
+
+// shared records that Shared installed the process's providers.
+var shared struct {
+	mu sync.Mutex
+	on bool
+}
+
+// Shared is Setup for a process that runs several Harvest services at once
+// (harvest dev, tests of a whole fleet): it installs the providers for
+// serviceName and pins them, so that the Setup calls the embedded gateway
+// and workers make keep them instead of replacing them. The returned
+// shutdown flushes the spans and unpins the providers.
+func Shared(ctx context.Context, serviceName string, opts ...Option) (shutdown func(context.Context) error, err error) {
+	inner, err := setup(ctx, serviceName, opts...)
+	if err != nil {
+		return nil, err
+	}
+	shared.mu.Lock()
+	shared.on = true
+	shared.mu.Unlock()
+	return func(ctx context.Context) error {
+		shared.mu.Lock()
+		shared.on = false
+		shared.mu.Unlock()
+		return inner(ctx)
+	}, nil
+}
+
+func setup(ctx context.Context, serviceName string, opts ...Option) (shutdown func(context.Context) error, err error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
@@ -74,6 +121,9 @@ func Setup(ctx context.Context, serviceName string, opts ...Option) (shutdown fu
 			return nil, fmt.Errorf("telemetry: stdout trace exporter: %w", err)
 		}
 		tpOpts = append(tpOpts, sdktrace.WithSyncer(exp))
+	}
+	for _, sp := range o.processors {
+		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(sp))
 	}
 	tp := sdktrace.NewTracerProvider(tpOpts...)
 
