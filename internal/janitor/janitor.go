@@ -12,19 +12,14 @@ import (
 
 	"github.com/harvest-run/harvest/internal/deferred"
 	"github.com/harvest-run/harvest/internal/runstore"
+	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic(fmt.Sprintf("janitor: missing embedded query %s: %v", name, err))
-	}
-	return string(b)
-}
+func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
 
 var (
 	sqlTryLock          = mustSQL("JanitorTryLock")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
 )
@@ -20,13 +21,7 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic(fmt.Sprintf("runstore: missing embedded query %s: %v", name, err))
-	}
-	return string(b)
-}
+func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
 
 var (
 	sqlRunStart        = mustSQL("RunStart")

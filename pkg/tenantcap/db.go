@@ -3,22 +3,17 @@ package tenantcap
 import (
 	"context"
 	"embed"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/harvest-run/harvest/internal/sqlfile"
 )
 
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic(fmt.Sprintf("tenantcap: missing embedded query %s: %v", name, err))
-	}
-	return string(b)
-}
+func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
 
 var (
 	sqlAdmitLock       = mustSQL("AdmitLock")

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/fairkeys"
 )
@@ -18,13 +19,7 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
+func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
 
 var (
 	sqlWeightSetOne   = mustSQL("WeightSetOne")
