@@ -14,6 +14,7 @@ import (
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 //go:embed sql/*.sql
@@ -23,8 +24,6 @@ func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
 
 var (
 	sqlTryLock          = mustSQL("JanitorTryLock")
-	sqlRunningLock      = mustSQL("TenantRunningLock")
-	sqlRunningRecount   = mustSQL("TenantRunningRecount")
 	sqlRunDeleteFinal   = mustSQL("RunDeleteFinished")
 	sqlBucketDeleteIdle = mustSQL("RateBucketDeleteIdle")
 )
@@ -148,18 +147,6 @@ func exclusive(ctx context.Context, db DB, s Settings, rep *Report) error {
 	if !rep.Exclusive {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, sqlRunningLock); err != nil {
-		return fmt.Errorf("lock running counts: %w", err)
-	}
-	rows, err := tx.Query(ctx, sqlRunningRecount)
-	if err != nil {
-		return fmt.Errorf("recount running: %w", err)
-	}
-	fixed, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("recount running: %w", err)
-	}
-	rep.Recounted = len(fixed)
 	if err := tx.QueryRow(ctx, sqlRunDeleteFinal, s.Retention.Microseconds(), deleteBatch).Scan(&rep.DeletedRuns); err != nil {
 		return fmt.Errorf("delete finished runs: %w", err)
 	}
@@ -188,6 +175,14 @@ func exclusive(ctx context.Context, db DB, s Settings, rep *Report) error {
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	// The recount runs after the commit, in its own short transaction, and
+	// locks only counts that drifted: holding every count row for the whole
+	// tick would stall every start and finish of the shard meanwhile.
+	fixed, err := tenantcap.Recount(ctx, db)
+	if err != nil {
+		return fmt.Errorf("recount running: %w", err)
+	}
+	rep.Recounted = len(fixed)
 	return nil
 }
 

@@ -21,6 +21,7 @@ var (
 	sqlShardTotal      = mustSQL("ShardTotal")
 	sqlTenantRunning   = mustSQL("TenantRunning")
 	sqlRunningByTenant = mustSQL("RunningByTenant")
+	sqlRecountDrift    = mustSQL("RecountDrift")
 	sqlRecountLock     = mustSQL("RecountLock")
 	sqlRecountFix      = mustSQL("RecountFix")
 	sqlRecountInsert   = mustSQL("RecountInsert")

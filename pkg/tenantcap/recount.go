@@ -16,19 +16,51 @@ type Fix struct {
 	Created bool `json:"created,omitempty"`
 }
 
-// Recount sets every tenant's running count on the shard db to its runs
-// that are not in a final state, in its own transaction, and returns what
-// it corrected. The counts change in the same transaction as their runs, so
-// a recount finds nothing to fix unless something went wrong (a crash, a
-// manual edit, a row deleted by hand); it is safe to run at any time, next
-// to live starts and finishes.
+// Drift lists the tenants whose running count on the shard differs from
+// their unfinished runs, without taking a lock: one read in one snapshot,
+// in which a run and its count always agree unless the count drifted. Was
+// is the stored count, Now the recount, Created marks a missing count row.
+func Drift(ctx context.Context, db DB) ([]Fix, error) {
+	rows, err := db.Query(ctx, sqlRecountDrift)
+	if err != nil {
+		return nil, fmt.Errorf("tenantcap: read drift: %w", err)
+	}
+	fixes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fix, error) {
+		var (
+			f        Fix
+			was, now int64
+		)
+		err := r.Scan(&f.Tenant, &was, &now, &f.Created)
+		f.Was, f.Now = int(was), int(now)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("tenantcap: read drift: %w", err)
+	}
+	return fixes, nil
+}
+
+// Recount heals the running counts of the shard db: it finds the drifted
+// ones with Drift and, only when there are some, locks and fixes those rows
+// in a short transaction of its own, returning what it corrected. The counts
+// change in the same transaction as their runs, so normally there is
+// nothing to fix and nothing is locked: it is cheap enough for every janitor
+// tick and safe next to live starts and finishes.
 func Recount(ctx context.Context, db Beginner) ([]Fix, error) {
+	drift, err := Drift(ctx, db)
+	if err != nil || len(drift) == 0 {
+		return nil, err
+	}
+	tenants := make([]string, len(drift))
+	for i, f := range drift {
+		tenants[i] = f.Tenant
+	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("tenantcap: begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
-	fixes, err := RecountTx(ctx, tx)
+	fixes, err := recountTx(ctx, tx, tenants)
 	if err != nil {
 		return nil, err
 	}
@@ -38,14 +70,20 @@ func Recount(ctx context.Context, db Beginner) ([]Fix, error) {
 	return fixes, nil
 }
 
-// RecountTx is Recount inside a transaction the caller owns (the janitor's
-// exclusive tick). It locks every count row until that transaction ends.
+// RecountTx recounts every tenant inside a transaction the caller owns,
+// locking every count row until that transaction ends. Prefer Recount,
+// which locks only what drifted.
 func RecountTx(ctx context.Context, tx pgx.Tx) ([]Fix, error) {
-	if _, err := tx.Exec(ctx, sqlRecountLock); err != nil {
+	return recountTx(ctx, tx, nil)
+}
+
+// recountTx locks and fixes the counts of tenants (nil: all of them).
+func recountTx(ctx context.Context, tx pgx.Tx, tenants []string) ([]Fix, error) {
+	if _, err := tx.Exec(ctx, sqlRecountLock, tenants); err != nil {
 		return nil, fmt.Errorf("tenantcap: lock running counts: %w", err)
 	}
 	var fixes []Fix
-	rows, err := tx.Query(ctx, sqlRecountFix)
+	rows, err := tx.Query(ctx, sqlRecountFix, tenants)
 	if err != nil {
 		return nil, fmt.Errorf("tenantcap: recount: %w", err)
 	}
@@ -64,7 +102,7 @@ func RecountTx(ctx context.Context, tx pgx.Tx) ([]Fix, error) {
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("tenantcap: recount: %w", err)
 	}
-	rows, err = tx.Query(ctx, sqlRecountInsert)
+	rows, err = tx.Query(ctx, sqlRecountInsert, tenants)
 	if err != nil {
 		return nil, fmt.Errorf("tenantcap: recount missing rows: %w", err)
 	}
