@@ -14,7 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
@@ -94,6 +93,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		cfg.ID = worker.DefaultID()
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	defer startProfile(stderr)()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, cfg, log); err != nil {
@@ -158,6 +158,11 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	RegisterDemo(w)
+	unregister, err := worker.BacklogMetrics(pool, cfg.Shard, cfg.QueueNames())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = unregister() }()
 	return w.Run(ctx)
 }
 
@@ -169,7 +174,7 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("HARVEST_SHARDS: shard %d: %w", cfg.Shard, err)
 	}
-	pcfg.ConnConfig.Tracer = otelpgx.NewTracer()
+	telemetry.PoolConfig(pcfg)
 	// One connection per claim loop (each also heartbeats), plus the
 	// janitor and some slack.
 	pcfg.MaxConns = max(pcfg.MaxConns, int32(2*cfg.MaxConcurrentClaims+2))

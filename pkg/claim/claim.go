@@ -194,11 +194,32 @@ func ClaimBatch(ctx context.Context, db DB, req Request, n int) ([]Result, error
 		return nil, nil
 	}
 	now, lease := req.args()
+	// As with a single claim, a deadlock (the statement had no effect) is
+	// sent again on a pool or connection, never inside the caller's
+	// transaction.
+	tries := 3
+	if _, inTx := db.(pgx.Tx); inTx {
+		tries = 1
+	}
+	var (
+		out []Result
+		err error
+	)
+	for attempt := 0; attempt < tries; attempt++ {
+		out, err = claimBatchOnce(ctx, db, req, now, lease, n)
+		if !errors.Is(err, ErrDeadlock) {
+			break
+		}
+	}
+	return out, err
+}
+
+func claimBatchOnce(ctx context.Context, db DB, req Request, now any, lease int64, n int) ([]Result, error) {
 	rows, err := db.Query(ctx, sqlTaskClaimBatch, req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, n)
 	if err != nil {
 		return nil, mapError("claim batch", err)
 	}
-	var out []Result
+	out := make([]Result, 0, n)
 	for rows.Next() {
 		r, err := scanClaimed(rows)
 		if err != nil {

@@ -130,6 +130,60 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 			require.NoError(t, err)
 			mm.compare(t, fmt.Sprintf("claim by id %d %+v", id, req), mm.m.ClaimByID(id, req), got)
 		},
+		"claimBatch": func(t *rapid.T) {
+			// A batch must give what the same number of single claims
+			// would, one result at a time: the bulk steps of the batch are
+			// checked against the model here.
+			req := mm.request(t)
+			n := rapid.IntRange(1, 6).Draw(t, "n")
+			got, err := claim.ClaimBatch(b.ctx, b.db, sqlRequest(req), n)
+			require.NoError(t, err)
+			var want []fairkeys.ClaimResult
+			for range n {
+				r := mm.m.Claim(req)
+				if !r.OK {
+					if r.Empty == claim.EmptyRefused {
+						want = append(want, r)
+					}
+					break
+				}
+				want = append(want, r)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("claim batch of %d %+v: model gave %d results, sql %d", n, req, len(want), len(got))
+			}
+			for i := range want {
+				mm.compare(t, fmt.Sprintf("claim batch %d/%d %+v", i+1, n, req), want[i], got[i])
+			}
+		},
+		"completeBatch": func(t *rapid.T) {
+			if len(mm.tokens) == 0 {
+				t.Skip("nothing running")
+			}
+			var ids []int64
+			for id := range mm.tokens {
+				ids = append(ids, id)
+			}
+			slices.Sort(ids)
+			pick := rapid.SliceOfNDistinct(rapid.SampledFrom(ids), 1, 4, rapid.ID[int64]).Draw(t, "ids")
+			var cs []claim.Completion
+			for _, id := range pick {
+				cs = append(cs, claim.Completion{ID: id, Token: mm.tokens[id]})
+			}
+			// A stale token rides along and must change nothing.
+			stale := rapid.SampledFrom(ids).Draw(t, "stale")
+			cs = append(cs, claim.Completion{ID: stale, Token: uuid.New()})
+			errs, err := claim.CompleteBatch(b.ctx, b.db, cs)
+			require.NoError(t, err)
+			for i := range pick {
+				require.NoError(t, errs[i])
+			}
+			require.ErrorIs(t, errs[len(pick)], claim.ErrStaleLease)
+			for _, id := range pick {
+				delete(mm.tokens, id)
+				mm.m.Complete(id)
+			}
+		},
 		"complete": func(t *rapid.T) {
 			id, ok := mm.running(t)
 			if !ok {

@@ -24,8 +24,12 @@ type Config struct {
 	Queues map[string]float64 `envconfig:"WORKER_QUEUES" default:"default:1" desc:"queues served, with their share of the claims (queue:weight,...)"`
 
 	FairnessKeys        bool `envconfig:"WORKER_FAIRNESS_KEYS" default:"false" desc:"serve the fairness keys of each queue in weighted round robin"`
-	MaxConcurrentClaims int  `envconfig:"WORKER_MAX_CONCURRENT_CLAIMS" default:"4" desc:"claim loops, which is also the number of tasks run at once"`
+	MaxConcurrentClaims int  `envconfig:"WORKER_MAX_CONCURRENT_CLAIMS" default:"4" desc:"the number of tasks run at once: claim loops of one task each, or, with HARVEST_WORKER_CLAIM_BATCH above 1, task slots filled by batch claims"`
 	PriorityAgingSecs   int  `envconfig:"WORKER_PRIORITY_AGING_SECS" default:"0" desc:"raise a waiting task by one priority level per this many seconds (0: off)"`
+
+	ClaimBatch    int `envconfig:"WORKER_CLAIM_BATCH" default:"1" desc:"most tasks one claim statement takes (1: one claim per task, each in its own loop); above 1 the worker claims in batches, runs up to HARVEST_WORKER_MAX_CONCURRENT_CLAIMS tasks at once and records completions in batches"`
+	BatchClaimers int `envconfig:"WORKER_BATCH_CLAIMERS" default:"1" desc:"claim statements in flight at once when HARVEST_WORKER_CLAIM_BATCH is above 1"`
+	CompleteBatch int `envconfig:"WORKER_COMPLETE_BATCH" default:"256" desc:"most completions recorded in one statement when HARVEST_WORKER_CLAIM_BATCH is above 1"`
 
 	PollInterval      time.Duration `envconfig:"WORKER_POLL_INTERVAL" default:"1s" desc:"how often an idle claim loop looks for work without a wake-up (jittered)"`
 	Lease             time.Duration `envconfig:"WORKER_LEASE" default:"30s" desc:"lease of a claimed task; a heartbeat extends it by this much"`
@@ -49,6 +53,9 @@ func DefaultConfig() Config {
 		Common:              config.Common{NATSURL: "nats://127.0.0.1:4222"},
 		Queues:              map[string]float64{"default": 1},
 		MaxConcurrentClaims: 4,
+		ClaimBatch:          1,
+		BatchClaimers:       1,
+		CompleteBatch:       256,
 		PollInterval:        time.Second,
 		Lease:               claim.DefaultLease,
 		HeartbeatInterval:   10 * time.Second,
@@ -130,6 +137,12 @@ func (c Config) validateRuntime() error {
 	switch {
 	case c.MaxConcurrentClaims < 1 || c.MaxConcurrentClaims > 10000:
 		return fmt.Errorf("HARVEST_WORKER_MAX_CONCURRENT_CLAIMS: %d must be from 1 to 10000", c.MaxConcurrentClaims)
+	case c.ClaimBatch < 1 || c.ClaimBatch > 1000:
+		return fmt.Errorf("HARVEST_WORKER_CLAIM_BATCH: %d must be from 1 to 1000", c.ClaimBatch)
+	case c.ClaimBatch > 1 && (c.BatchClaimers < 1 || c.BatchClaimers > 64):
+		return fmt.Errorf("HARVEST_WORKER_BATCH_CLAIMERS: %d must be from 1 to 64", c.BatchClaimers)
+	case c.ClaimBatch > 1 && (c.CompleteBatch < 1 || c.CompleteBatch > 10000):
+		return fmt.Errorf("HARVEST_WORKER_COMPLETE_BATCH: %d must be from 1 to 10000", c.CompleteBatch)
 	case c.PriorityAgingSecs < 0:
 		return fmt.Errorf("HARVEST_WORKER_PRIORITY_AGING_SECS: %d must not be negative", c.PriorityAgingSecs)
 	case c.PollInterval <= 0:

@@ -31,7 +31,8 @@ type claimed struct {
 	token   [16]byte
 	status  api.Status
 	timeout time.Duration
-	links   []trace.Link // the run's start span and the claim span
+	parent  trace.SpanContext // the run's start span, when its context was stored
+	links   []trace.Link      // the claim span
 }
 
 // claim takes one task: the named row when id > 0 (a dispatch), otherwise
@@ -64,13 +65,18 @@ func (w *Worker) claim(ctx context.Context, rng *rand.Rand, id int64, queue stri
 
 // claimOne is one claim statement on one queue, with its span and metrics.
 func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed, bool, error) {
-	ctx, span := w.inst.tracer.Start(ctx, "harvest.claim", trace.WithAttributes(
+	// The claim statement runs outside any span: an idle loop polls every
+	// second, and a span per empty poll would bury the traces that matter.
+	// Its span is made once the outcome is known, backdated to the start:
+	// for a claimed task it joins the trace of the run's start (its
+	// context is stored on the task), otherwise it is a trace of its own,
+	// made only when the claim failed.
+	attrs := []attribute.KeyValue{
 		attribute.String("harvest.queue", queue),
 		attribute.Int("harvest.shard", w.cfg.Shard),
 		attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
 		attribute.Bool("harvest.dispatch", id > 0),
-	))
-	defer span.End()
+	}
 	req := claim.Request{Queue: queue, Worker: w.cfg.ID, Fair: w.cfg.FairnessKeys,
 		AgingSecs: w.cfg.PriorityAgingSecs, Lease: w.cfg.Lease}
 	start := time.Now()
@@ -97,30 +103,33 @@ func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed
 	if res.OK {
 		tried++
 	}
-	span.SetAttributes(attribute.String("harvest.claim.outcome", outcome),
+	attrs = append(attrs, attribute.String("harvest.claim.outcome", outcome),
 		attribute.Int("harvest.claim.rows_tried", tried))
 	if err != nil {
+		_, span := w.inst.tracer.Start(ctx, "harvest.claim", trace.WithTimestamp(start), trace.WithAttributes(attrs...))
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "claim failed")
+		span.End()
 		return nil, false, err
 	}
 	if !res.OK {
 		return nil, false, nil
 	}
 	ct := res.Task
-	span.SetAttributes(attribute.String("harvest.fairness_key", ct.Key),
-		attribute.Float64("harvest.claim.lag", res.Lag),
-		attribute.Int64("harvest.task_id", ct.ID),
-		attribute.Int("harvest.attempt", ct.Attempt))
 	c := &claimed{token: ct.LeaseToken, task: Task{
 		ID: ct.ID, Queue: ct.Queue, Shard: w.cfg.Shard, Key: ct.Key, QuotaKey: ct.QuotaKey,
 		Priority: ct.Priority, Step: ct.Step, Attempt: ct.Attempt, Input: ct.Input,
 	}}
 	if sc := telemetry.SpanContextFromJSON(ct.TraceContext); sc.IsValid() {
-		link := trace.Link{SpanContext: sc}
-		span.AddLink(link)
-		c.links = append(c.links, link)
+		c.parent = sc
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
+	ctx, span := w.inst.tracer.Start(ctx, "harvest.claim", trace.WithTimestamp(start), trace.WithAttributes(attrs...))
+	defer span.End()
+	span.SetAttributes(attribute.String("harvest.fairness_key", ct.Key),
+		attribute.Float64("harvest.claim.lag", res.Lag),
+		attribute.Int64("harvest.task_id", ct.ID),
+		attribute.Int("harvest.attempt", ct.Attempt))
 	c.links = append(c.links, trace.Link{SpanContext: span.SpanContext()})
 
 	var (
@@ -168,10 +177,15 @@ func (w *Worker) run(c *claimed) {
 		ctx, cancelT = context.WithDeadlineCause(ctx, t.Deadline, ErrAttemptTimeout)
 		defer cancelT()
 	}
+	if c.parent.IsValid() {
+		// The execution belongs to the trace of the run's start.
+		ctx = trace.ContextWithRemoteSpanContext(ctx, c.parent)
+	}
 	ctx, span := w.inst.tracer.Start(ctx, "harvest.execute", trace.WithLinks(c.links...), trace.WithAttributes(
 		attribute.String("harvest.workflow", t.Workflow),
 		attribute.String("harvest.queue", t.Queue),
 		attribute.Int("harvest.shard", t.Shard),
+		attribute.String("harvest.fairness_key", t.Key),
 		attribute.String("harvest.run_id", t.RunID),
 		attribute.String("harvest.tenant", t.Tenant),
 		attribute.Int64("harvest.task_id", t.ID),
@@ -326,6 +340,14 @@ func (w *Worker) record(ctx context.Context, c *claimed, res Result, herr, cause
 		}
 		_, err = claim.Continue(dbctx, w.db, t.ID, c.token, o)
 		outcome = OutcomeContinued
+	case herr == nil && w.completer != nil:
+		// Batch mode: recorded with other completions in one statement,
+		// which also publishes the run event.
+		err = w.completer.complete(dbctx, t, c.token, res.Output)
+		if err == nil {
+			return OutcomeCompleted, nil
+		}
+		outcome = OutcomeCompleted
 	case herr == nil:
 		err = claim.Complete(dbctx, w.db, t.ID, c.token, res.Output)
 		outcome = OutcomeCompleted

@@ -119,6 +119,9 @@ type Worker struct {
 	abandon  chan struct{}
 
 	inst instruments
+
+	// completer records completions in batches (batch mode only).
+	completer *completer
 }
 
 // New checks cfg and makes a worker on db, the pool of the shard cfg.Shard.
@@ -211,12 +214,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	var bg conc.WaitGroup
 	if w.cfg.RunJanitor {
 		bg.Go(func() {
-			janitor.Run(claimCtx, w.db, w.cfg.Settings, w.cfg.JanitorInterval, w.log, w.hooks.Janitor)
+			janitor.Run(claimCtx, w.db, w.cfg.Settings, w.cfg.JanitorInterval, w.log, w.janitorTick)
 		})
 	}
 	var loops conc.WaitGroup
-	for i := range w.cfg.MaxConcurrentClaims {
-		loops.Go(func() { w.loop(claimCtx, i) })
+	if w.cfg.ClaimBatch > 1 {
+		loops.Go(func() { w.batched(claimCtx) })
+	} else {
+		for i := range w.cfg.MaxConcurrentClaims {
+			loops.Go(func() { w.loop(claimCtx, i) })
+		}
 	}
 	w.log.Info("worker started", "queues", w.cfg.QueueNames(), "fair", w.cfg.FairnessKeys,
 		"loops", w.cfg.MaxConcurrentClaims, "nats", w.nc != nil)

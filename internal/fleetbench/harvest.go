@@ -1,0 +1,579 @@
+package fleetbench
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/harvest-run/harvest/internal/schema"
+	"github.com/harvest-run/harvest/pkg/client"
+)
+
+const (
+	queue       = "fleet"
+	floodKey    = "flood"
+	lightKey    = "light"
+	floodTenant = "flood"
+	lightTenant = "light"
+)
+
+// proc is a child process with its stderr in a log file.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan error
+}
+
+func startProc(name, bin string, env []string, logDir string, ready string) (*proc, <-chan struct{}, error) {
+	cmd := exec.Command(bin)
+	cmd.Env = env
+	var logf *os.File
+	var err error
+	if logDir != "" {
+		logf, err = os.Create(filepath.Join(logDir, name+".log"))
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logf, done: make(chan error, 1)}
+	readyCh := make(chan struct{})
+	go func() {
+		var once sync.Once
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			line := sc.Text()
+			if logf != nil {
+				fmt.Fprintln(logf, line)
+			}
+			if ready != "" && strings.Contains(line, ready) {
+				once.Do(func() { close(readyCh) })
+			}
+		}
+		p.done <- cmd.Wait()
+	}()
+	return p, readyCh, nil
+}
+
+// stop sends SIGTERM and waits (SIGKILL after the timeout).
+func (p *proc) stop(timeout time.Duration) error {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	var err error
+	select {
+	case err = <-p.done:
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Kill()
+		err = fmt.Errorf("%s did not stop within %s", p.name, timeout)
+		<-p.done
+	}
+	if p.log != nil {
+		_ = p.log.Close()
+	}
+	return err
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// baseEnv is the benchmark's environment without any HARVEST_ or OTEL_
+// variable, so that the children see only what the run sets.
+func baseEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "HARVEST_") || strings.HasPrefix(kv, "OTEL_") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// freshDatabase creates a database beside serverURL's and returns its URL
+// and a function that drops it.
+func freshDatabase(ctx context.Context, serverURL, prefix string) (string, func() error, error) {
+	name := prefix + randomHex(6)
+	admin := func(sql string) error {
+		conn, err := pgx.Connect(ctx, serverURL)
+		if err != nil {
+			return fmt.Errorf("fleetbench: connect: %w", err)
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		_, err = conn.Exec(context.WithoutCancel(ctx), sql)
+		return err
+	}
+	if err := admin("CREATE DATABASE " + name + " TEMPLATE template0"); err != nil {
+		return "", nil, fmt.Errorf("fleetbench: create database: %w", err)
+	}
+	u, err := url.Parse(serverURL)
+	if err != nil {
+		return "", nil, err
+	}
+	u.Path = "/" + name
+	return u.String(), func() error { return admin("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)") }, nil
+}
+
+// fill pre-inserts the flood: one run and one pending task per row, all of
+// one tenant and key, as the start path would write them. The summary
+// trigger is off for the bulk insert and the key summary is rebuilt once.
+func fill(ctx context.Context, db *pgxpool.Pool, n int) error {
+	for _, s := range []string{
+		`ALTER TABLE tasks DISABLE TRIGGER tasks_summary`,
+		fmt.Sprintf(`INSERT INTO runs (tenant, id, name, queue, fairness_key, request_hash, status)
+			SELECT '%s', 'flood-' || g, 'echo', '%s', '%s', '\x00', 'queued' FROM generate_series(1, %d) g`,
+			floodTenant, queue, floodKey, n),
+		fmt.Sprintf(`INSERT INTO tasks (run_pk, queue, fairness_key, state)
+			SELECT pk, '%s', '%s', 'pending' FROM runs ORDER BY pk`, queue, floodKey),
+		`ALTER TABLE tasks ENABLE TRIGGER tasks_summary`,
+		fmt.Sprintf(`SELECT harvest_rebuild_summary('%s')`, queue),
+		fmt.Sprintf(`INSERT INTO tenant_running (tenant, running) VALUES ('%s', %d)`, floodTenant, n),
+		`VACUUM ANALYZE runs`,
+		`VACUUM ANALYZE tasks`,
+		`VACUUM ANALYZE fair_state`,
+		`CHECKPOINT`,
+	} {
+		if _, err := db.Exec(ctx, s); err != nil {
+			return fmt.Errorf("fill: %.50s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+func runHarvest(ctx context.Context, cfg *Config, natsURL string, fair bool, pair int) (Result, error) {
+	f := fair
+	res := Result{Bench: "fleet", System: "harvest", Fair: &f, Flood: cfg.Flood, Workers: cfg.Workers,
+		Slots: cfg.Workers * cfg.Slots, ClaimBatch: cfg.ClaimBatch, LightRate: cfg.LightRate}
+	res.Load1[0] = loadAvg()
+	janitor := !cfg.NoJanitor
+	res.Janitor = &janitor
+	dbURL, drop, err := freshDatabase(ctx, cfg.ServerURL, "harvest_fleet_")
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if derr := drop(); derr != nil {
+			cfg.logf("fleet: drop database: %v", derr)
+		}
+	}()
+	pcfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return res, err
+	}
+	pcfg.MaxConns = 4
+	db, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return res, err
+	}
+	defer db.Close()
+	if _, err := schema.Migrate(ctx, db); err != nil {
+		return res, err
+	}
+	// Time spent per SQL function (pg_stat_user_functions), read after the
+	// run: the database side of "where the time goes".
+	if _, err := db.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET track_functions = ''pl''', current_database()); END $$`); err != nil {
+		return res, err
+	}
+	t := time.Now()
+	if err := fill(ctx, db, cfg.Flood); err != nil {
+		return res, err
+	}
+	cfg.logf("fleet: %d flood tasks inserted in %s", cfg.Flood, time.Since(t).Round(time.Millisecond))
+
+	tag := fmt.Sprintf("r%d-%s", pair, onOff(fair))
+	logDir := ""
+	if cfg.OutDir != "" {
+		logDir = filepath.Join(cfg.OutDir, "logs")
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
+			return res, err
+		}
+	}
+
+	// The gateway, with the system limit raised explicitly: the flood alone
+	// is cfg.Flood unfinished runs.
+	port, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	gwEnv := append(baseEnv(),
+		"HARVEST_SHARDS="+dbURL,
+		"HARVEST_NATS_URL="+natsURL,
+		"HARVEST_GATEWAY_ADDR=127.0.0.1:"+strconv.Itoa(port),
+		"HARVEST_MAX_RUNS="+strconv.Itoa(10*cfg.Flood+1_000_000),
+	)
+	gw, _, err := startProc("gateway-"+tag, cfg.GatewayBin, gwEnv, logDir, "")
+	if err != nil {
+		return res, err
+	}
+	procs := []*proc{gw}
+	stopAll := func() {
+		for _, p := range procs {
+			if err := p.stop(60 * time.Second); err != nil {
+				cfg.logf("fleet: %v", err)
+			}
+		}
+		procs = nil
+	}
+	defer func() { stopAll() }()
+
+	nc, err := nats.Connect(natsURL, nats.Name("fleet-light"))
+	if err != nil {
+		return res, err
+	}
+	defer nc.Close()
+	light, err := client.New(client.Options{NATS: nc, Tenant: lightTenant})
+	if err != nil {
+		return res, err
+	}
+	// Wait until the gateway answers a start (on a queue no worker serves).
+	probe, err := client.New(client.Options{NATS: nc, Tenant: "probe"})
+	if err != nil {
+		return res, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, perr := probe.Start(pctx, "echo", "probe", nil, client.StartOptions{})
+		cancel()
+		if perr == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return res, fmt.Errorf("gateway not answering: %v", perr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// The workers.
+	var readies []<-chan struct{}
+	var workers []*proc
+	for i := range cfg.Workers {
+		env := append(baseEnv(),
+			"HARVEST_SHARDS="+dbURL,
+			"HARVEST_NATS_URL="+natsURL,
+			"HARVEST_WORKER_QUEUES="+queue+":1",
+			"HARVEST_WORKER_FAIRNESS_KEYS="+strconv.FormatBool(fair),
+			"HARVEST_WORKER_MAX_CONCURRENT_CLAIMS="+strconv.Itoa(cfg.Slots),
+			"HARVEST_WORKER_CLAIM_BATCH="+strconv.Itoa(cfg.ClaimBatch),
+			"HARVEST_WORKER_BATCH_CLAIMERS="+strconv.Itoa(cfg.Claimers),
+			"HARVEST_WORKER_METRICS_ADDR=",
+			"HARVEST_WORKER_ID=fleet-"+strconv.Itoa(i),
+			"HARVEST_WORKER_JANITOR="+strconv.FormatBool(i == 0 && !cfg.NoJanitor),
+		)
+		if cfg.Profile && i == 0 && cfg.OutDir != "" {
+			res.Profile = filepath.Join(cfg.OutDir, "cpu-worker-"+tag+".pprof")
+			env = append(env, "HARVEST_WORKER_CPU_PROFILE="+res.Profile)
+		}
+		w, ready, err := startProc(fmt.Sprintf("worker%d-%s", i, tag), cfg.WorkerBin, env, logDir, "worker started")
+		if err != nil {
+			return res, err
+		}
+		procs = append(procs, w)
+		workers = append(workers, w)
+		readies = append(readies, ready)
+	}
+	for i, r := range readies {
+		select {
+		case <-r:
+		case err := <-workers[i].done:
+			workers[i].done <- err
+			return res, fmt.Errorf("worker %d exited at start: %v (see its log in %s)", i, err, logDir)
+		case <-time.After(60 * time.Second):
+			return res, fmt.Errorf("worker %d not ready after 60s", i)
+		}
+	}
+	drainStart := time.Now()
+
+	// The light tenant: from 1 s in, one start every 1/rate, each on its
+	// own goroutine so that a slow reply never shifts the schedule.
+	lctx, stopLight := context.WithCancel(ctx)
+	var (
+		lightWG   sync.WaitGroup
+		lightErrs atomic.Int64
+		firstErr  atomic.Value
+		seq       atomic.Int64
+	)
+	lightWG.Add(1)
+	go func() {
+		defer lightWG.Done()
+		interval := time.Duration(float64(time.Second) / cfg.LightRate)
+		next := drainStart.Add(time.Second)
+		for {
+			select {
+			case <-lctx.Done():
+				return
+			case <-time.After(time.Until(next)):
+			}
+			n := seq.Add(1)
+			lightWG.Add(1)
+			go func() {
+				defer lightWG.Done()
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(lctx), 10*time.Second)
+				defer cancel()
+				_, err := light.Start(sctx, "echo", queue, map[string]int64{"seq": n},
+					client.StartOptions{FairnessKey: lightKey})
+				if err != nil {
+					lightErrs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+			}()
+			next = next.Add(interval)
+		}
+	}()
+
+	// Progress, until the flood has drained (or the time runs out).
+	var bar *progressbar.ProgressBar
+	if cfg.Log != nil {
+		bar = progressbar.NewOptions64(int64(cfg.Flood),
+			progressbar.OptionSetWriter(cfg.Log),
+			progressbar.OptionSetDescription(fmt.Sprintf("harvest fair %-3s", onOff(fair))),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("tasks"),
+			progressbar.OptionThrottle(250*time.Millisecond),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionClearOnFinish(),
+		)
+	}
+	limit := time.After(cfg.MaxDuration)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+poll:
+	for {
+		select {
+		case <-ctx.Done():
+			stopLight()
+			return res, ctx.Err()
+		case <-limit:
+			cfg.logf("fleet: -max-duration %s ran out before the flood drained", cfg.MaxDuration)
+			break poll
+		case <-tick.C:
+		}
+		var pending, running int
+		err := db.QueryRow(ctx, `SELECT coalesce((SELECT pending FROM fair_state WHERE queue = $1 AND key = $2 AND head_id IS NOT NULL), 0),
+			(SELECT count(*) FROM tasks WHERE state = 'running' AND fairness_key = $2)`, queue, floodKey).Scan(&pending, &running)
+		if err != nil {
+			stopLight()
+			return res, fmt.Errorf("progress: %w", err)
+		}
+		if bar != nil {
+			_ = bar.Set64(int64(cfg.Flood - pending - running))
+		}
+		if pending == 0 && running == 0 {
+			res.Drained = true
+			break
+		}
+	}
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	stopLight()
+	lightWG.Wait()
+	// Let the last light starts be claimed before stopping the fleet.
+	for range 50 {
+		var left int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE state IN ('pending', 'running') AND queue = $1`, queue).Scan(&left); err != nil || left == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, w := range workers {
+		res.WorkerRSSMB = append(res.WorkerRSSMB, peakRSS(w.cmd.Process.Pid))
+	}
+	res.GatewayRSSMB = peakRSS(gw.cmd.Process.Pid)
+	stopAll()
+	res.Load1[1] = loadAvg()
+	res.LightErrors = int(lightErrs.Load())
+	if res.LightErrors > 0 {
+		cfg.logf("fleet: %d light starts failed, first: %v", res.LightErrors, firstErr.Load())
+	}
+	if err := figures(ctx, db, &res); err != nil {
+		return res, err
+	}
+	if err := functionStats(ctx, db, &res); err != nil {
+		cfg.logf("fleet: pg_stat_user_functions: %v", err)
+	}
+	if cfg.OutDir != "" {
+		res.Series = filepath.Join(cfg.OutDir, "keys-"+tag+".json")
+		b, _ := json.Marshal(res.perSecond)
+		if err := os.WriteFile(res.Series, b, 0o644); err != nil {
+			return res, err
+		}
+	}
+	cfg.logf("fleet: harvest fair %s: %.0f tasks/s over %.1f s, light p99 %.1f ms (%d light runs)",
+		onOff(fair), res.TasksPerS, res.DrainS, res.LightP99, res.LightJobs)
+	return res, nil
+}
+
+// figures reads the run's figures from the database, with the definitions
+// of bench/river: the drain runs from the first completion to the
+// completion of the last flood task; light runs count when they became due
+// before its end; waits are due time to claim, nearest-rank percentiles.
+func figures(ctx context.Context, db *pgxpool.Pool, res *Result) error {
+	var t0, t1 *time.Time
+	if err := db.QueryRow(ctx, `SELECT (SELECT min(finished_at) FROM runs WHERE status = 'completed' AND queue = $1),
+		(SELECT max(finished_at) FROM runs WHERE tenant = $2 AND status = 'completed')`, queue, floodTenant).Scan(&t0, &t1); err != nil {
+		return fmt.Errorf("figures: %w", err)
+	}
+	if t0 == nil || t1 == nil {
+		return errors.New("figures: nothing completed")
+	}
+	var completed int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM runs WHERE status = 'completed' AND queue = $1 AND finished_at BETWEEN $2 AND $3`,
+		queue, *t0, *t1).Scan(&completed); err != nil {
+		return fmt.Errorf("figures: %w", err)
+	}
+	res.DrainS = round(t1.Sub(*t0).Seconds())
+	if res.DrainS > 0 {
+		res.TasksPerS = round(float64(completed-1) / t1.Sub(*t0).Seconds())
+	}
+	rows, err := db.Query(ctx, `SELECT extract(epoch FROM t.claimed_at - t.due_at) * 1000 FROM tasks t
+		WHERE t.queue = $1 AND t.fairness_key = $2 AND t.due_at <= $3 AND t.claimed_at IS NOT NULL`, queue, lightKey, *t1)
+	if err != nil {
+		return fmt.Errorf("figures: %w", err)
+	}
+	waits, err := pgx.CollectRows(rows, pgx.RowTo[float64])
+	if err != nil {
+		return fmt.Errorf("figures: %w", err)
+	}
+	slices.Sort(waits)
+	res.LightJobs = len(waits)
+	res.LightP50, res.LightP99 = pct(waits, 50), pct(waits, 99)
+	if len(waits) > 0 {
+		res.LightMax = round(waits[len(waits)-1])
+	}
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE queue = $1 AND fairness_key = $2 AND due_at <= $3 AND claimed_at IS NULL`,
+		queue, lightKey, *t1).Scan(&res.LightUnstarted); err != nil {
+		return fmt.Errorf("figures: %w", err)
+	}
+	// Claims per key: over the drain window, and per second since the
+	// first claim (for the chart).
+	rows, err = db.Query(ctx, `WITH s AS (SELECT min(claimed_at) AS c0 FROM tasks WHERE queue = $1)
+		SELECT t.fairness_key, floor(extract(epoch FROM t.claimed_at - s.c0))::int, count(*)::int
+		FROM tasks t, s WHERE t.queue = $1 AND t.claimed_at IS NOT NULL
+		GROUP BY 1, 2 ORDER BY 1, 2`, queue)
+	if err != nil {
+		return fmt.Errorf("figures: %w", err)
+	}
+	res.perSecond = map[string][]int{}
+	for rows.Next() {
+		var (
+			key    string
+			sec, n int
+		)
+		if err := rows.Scan(&key, &sec, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		s := res.perSecond[key]
+		for len(s) <= sec {
+			s = append(s, 0)
+		}
+		s[sec] = n
+		res.perSecond[key] = s
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = db.Query(ctx, `SELECT fairness_key, count(*)::int FROM tasks
+		WHERE queue = $1 AND claimed_at BETWEEN $2 AND $3 GROUP BY 1 ORDER BY 2 DESC`, queue, *t0, *t1)
+	if err != nil {
+		return fmt.Errorf("figures: %w", err)
+	}
+	total := 0
+	for rows.Next() {
+		var k KeyShare
+		if err := rows.Scan(&k.Key, &k.Claims); err != nil {
+			rows.Close()
+			return err
+		}
+		total += k.Claims
+		res.Keys = append(res.Keys, k)
+	}
+	rows.Close()
+	for i := range res.Keys {
+		res.Keys[i].Share = float64(int64(float64(res.Keys[i].Claims)/float64(max(total, 1))*1e6+0.5)) / 1e6
+		if res.DrainS > 0 {
+			res.Keys[i].PerSec = round(float64(res.Keys[i].Claims) / res.DrainS)
+		}
+	}
+	return rows.Err()
+}
+
+// pct is the nearest-rank percentile of sorted values.
+func pct(sorted []float64, p int) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100
+	return round(sorted[min(max(i-1, 0), len(sorted)-1)])
+}
+
+// FuncStat is one SQL function's share of the database time of a run.
+type FuncStat struct {
+	Name    string  `json:"name"`
+	Calls   int64   `json:"calls"`
+	TotalMS float64 `json:"total_ms"`
+	SelfMS  float64 `json:"self_ms"`
+}
+
+// functionStats reads the most expensive SQL functions of the run (by time
+// spent in the function itself) from pg_stat_user_functions. Every
+// backend of the run has exited by now, so their counts are flushed.
+func functionStats(ctx context.Context, db *pgxpool.Pool, res *Result) error {
+	rows, err := db.Query(ctx, `SELECT funcname::text, calls, total_time, self_time FROM pg_stat_user_functions
+		ORDER BY self_time DESC LIMIT 8`)
+	if err != nil {
+		return err
+	}
+	fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FuncStat, error) {
+		var f FuncStat
+		err := r.Scan(&f.Name, &f.Calls, &f.TotalMS, &f.SelfMS)
+		f.TotalMS, f.SelfMS = round(f.TotalMS), round(f.SelfMS)
+		return f, err
+	})
+	res.Functions = fs
+	return err
+}

@@ -1,0 +1,408 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/sourcegraph/conc"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/harvest-run/harvest/internal/runstore"
+	"github.com/harvest-run/harvest/internal/telemetry"
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/dispatch"
+)
+
+// Batch mode (Config.ClaimBatch > 1).
+//
+// One claim statement per task commits once per task, and a commit costs
+// about as much as the claim itself; on a small machine that caps a worker
+// fleet near the database's commit rate. In batch mode a worker instead:
+//
+//   - keeps MaxConcurrentClaims task slots; BatchClaimers loops each reserve
+//     the free slots (at most ClaimBatch) and fill them with one
+//     claim.ClaimBatch statement, which takes the rows in the order single
+//     claims would (a fair batch charges each key in the fair order), then
+//     read the runs of all the rows taken in one query;
+//   - runs every task on a goroutine of its own, exactly as the single-claim
+//     loop does (handler, heartbeat, timeout, shutdown);
+//   - records plain completions through a completer that gathers whatever
+//     completions are waiting and writes them with one claim.CompleteBatch
+//     statement, each fenced by its own lease token. Failures, retries and
+//     continuations keep their single statements.
+//
+// A task holds its slot while its handler runs and until its completion is
+// queued for the completer (other outcomes: until they are recorded), the
+// way River counts its workers. The completer's queue is bounded too, so
+// the tasks a worker has leased and not yet recorded stay below
+// MaxConcurrentClaims + 2*CompleteBatch. A
+// claim loop that finds nothing waits for a wake-up, a dispatch or the poll
+// timer like the single-claim loop; while there is work it claims again as
+// soon as a slot is free, so a new key's task waits at most for the claim
+// statement in flight (the fair order puts a key without debt first).
+
+var sqlRunsOfTasks = mustSQL("RunsOfTasks")
+
+// batched runs the claim loops of batch mode and returns once they and
+// every task they started have finished and been recorded.
+func (w *Worker) batched(ctx context.Context) {
+	slots := make(chan struct{}, w.cfg.MaxConcurrentClaims)
+	comp := newCompleter(w)
+	w.completer = comp
+	var tasks conc.WaitGroup
+	var loops conc.WaitGroup
+	for i := range w.cfg.BatchClaimers {
+		loops.Go(func() { w.batchLoop(ctx, i, slots, &tasks) })
+	}
+	loops.Wait()
+	tasks.Wait()
+	comp.close()
+}
+
+// batchLoop is one claim loop of batch mode.
+func (w *Worker) batchLoop(ctx context.Context, n int, slots chan struct{}, tasks *conc.WaitGroup) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), uint64(n)))
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for ctx.Err() == nil {
+		woken := w.wake.wait()
+		// Reserve one slot (waiting for it), then every other free one up
+		// to the batch size.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		want := 1
+	reserve:
+		for want < w.cfg.ClaimBatch {
+			select {
+			case slots <- struct{}{}:
+				want++
+			default:
+				break reserve
+			}
+		}
+		cs := w.claimBatch(ctx, rng, want)
+		for range want - len(cs) {
+			<-slots
+		}
+		for _, c := range cs {
+			// The slot is given back as soon as the task's completion is
+			// queued for the completer (or when run returns, for every
+			// other outcome): a slot is a task being run, as in River.
+			var once sync.Once
+			free := func() { once.Do(func() { <-slots }) }
+			w.completer.hold(c.task.ID, free)
+			tasks.Go(func() {
+				defer func() {
+					w.completer.slots.Delete(c.task.ID)
+					free()
+				}()
+				w.run(c)
+			})
+		}
+		if len(cs) > 0 {
+			continue
+		}
+		if w.hooks.Idle != nil {
+			w.hooks.Idle()
+		}
+		d := w.cfg.PollInterval
+		d += time.Duration(rng.Int64N(int64(d)/5 + 1))
+		timer.Reset(d)
+		select {
+		case <-ctx.Done():
+		case <-woken:
+		case <-timer.C:
+		case <-w.dispatches:
+			// A dispatch names a task that became due; claiming a batch
+			// in the fair order serves it (or something that comes first).
+		}
+		timer.Stop()
+	}
+}
+
+// claimBatch takes up to n tasks: one batch statement per queue, queues in
+// the weighted random order, until one of them gives tasks.
+func (w *Worker) claimBatch(ctx context.Context, rng *rand.Rand, n int) []*claimed {
+	if ctx.Err() != nil {
+		return nil
+	}
+	dbctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbTimeout)
+	defer cancel()
+	for _, q := range claim.QueueOrder(w.queues, rng) {
+		cs, err := w.claimBatchOne(dbctx, q, n)
+		if err != nil {
+			w.log.Warn("batch claim failed", "queue", q, "err", err)
+			return nil
+		}
+		if len(cs) > 0 {
+			return cs
+		}
+	}
+	return nil
+}
+
+type runInfo struct {
+	tenant, id, workflow, status string
+	maxAttempts                  int
+	timeoutMS                    *int64
+}
+
+func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*claimed, error) {
+	req := claim.Request{Queue: queue, Worker: w.cfg.ID, Fair: w.cfg.FairnessKeys,
+		AgingSecs: w.cfg.PriorityAgingSecs, Lease: w.cfg.Lease}
+	start := time.Now()
+	rs, err := claim.ClaimBatch(ctx, w.db, req, n)
+	labels := metric.WithAttributes(attribute.String("queue", queue), attribute.Bool("fair", w.cfg.FairnessKeys))
+	w.inst.claimLatency.Record(ctx, time.Since(start).Seconds(), labels)
+	if err != nil {
+		w.inst.claims.Add(ctx, 1, labels, metric.WithAttributes(attribute.String("outcome", "error")))
+		return nil, err
+	}
+	var (
+		took []claim.Result
+		pks  []int64
+	)
+	for _, r := range rs {
+		if r.OK {
+			took = append(took, r)
+			pks = append(pks, r.Task.RunPK)
+		}
+	}
+	if len(took) == 0 {
+		outcome := claim.EmptyNoTask
+		if len(rs) > 0 {
+			outcome = rs[len(rs)-1].Empty
+		}
+		w.inst.claims.Add(ctx, 1, labels, metric.WithAttributes(attribute.String("outcome", outcome)))
+		return nil, nil
+	}
+	w.inst.claims.Add(ctx, int64(len(took)), labels, metric.WithAttributes(attribute.String("outcome", "ok")))
+
+	runs := make(map[int64]runInfo, len(pks))
+	rows, err := w.db.Query(ctx, sqlRunsOfTasks, pks)
+	if err == nil {
+		for rows.Next() {
+			var (
+				pk int64
+				ri runInfo
+			)
+			if err = rows.Scan(&pk, &ri.tenant, &ri.id, &ri.workflow, &ri.status, &ri.maxAttempts, &ri.timeoutMS); err != nil {
+				break
+			}
+			runs[pk] = ri
+		}
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+
+	out := make([]*claimed, 0, len(took))
+	for _, r := range took {
+		ct := r.Task
+		c := &claimed{token: ct.LeaseToken, task: Task{
+			ID: ct.ID, Queue: ct.Queue, Shard: w.cfg.Shard, Key: ct.Key, QuotaKey: ct.QuotaKey,
+			Priority: ct.Priority, Step: ct.Step, Attempt: ct.Attempt, Input: ct.Input,
+		}}
+		sctx := ctx
+		if sc := telemetry.SpanContextFromJSON(ct.TraceContext); sc.IsValid() {
+			c.parent = sc
+			sctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+		}
+		_, span := w.inst.tracer.Start(sctx, "harvest.claim", trace.WithTimestamp(start), trace.WithAttributes(
+			attribute.String("harvest.queue", queue),
+			attribute.Int("harvest.shard", w.cfg.Shard),
+			attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
+			attribute.Bool("harvest.dispatch", false),
+			attribute.Int("harvest.claim.batch", len(took)),
+			attribute.String("harvest.claim.outcome", "ok"),
+			attribute.String("harvest.fairness_key", ct.Key),
+			attribute.Float64("harvest.claim.lag", r.Lag),
+			attribute.Int64("harvest.task_id", ct.ID),
+			attribute.Int("harvest.attempt", ct.Attempt)))
+		c.links = append(c.links, trace.Link{SpanContext: span.SpanContext()})
+		ri, found := runs[ct.RunPK]
+		if err != nil || !found {
+			rerr := err
+			if rerr == nil {
+				rerr = fmt.Errorf("run %d not found", ct.RunPK)
+			}
+			rerr = fmt.Errorf("read the run of task %d: %w", ct.ID, rerr)
+			span.RecordError(rerr)
+			span.End()
+			w.log.Warn("batch claim: handing a task back", "task", ct.ID, "err", rerr)
+			_, _ = w.release(ctx, c)
+			continue
+		}
+		c.task.Tenant, c.task.RunID, c.task.Workflow, c.task.MaxAttempts = ri.tenant, ri.id, ri.workflow, ri.maxAttempts
+		c.status = api.Status(ri.status)
+		if ri.timeoutMS != nil {
+			c.timeout = time.Duration(*ri.timeoutMS) * time.Millisecond
+		}
+		span.SetAttributes(attribute.String("harvest.run_id", c.task.RunID), attribute.String("harvest.tenant", c.task.Tenant))
+		span.End()
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// completer records plain completions in batches: each flusher takes every
+// completion waiting (at most CompleteBatch) and writes them in one
+// statement, then answers each caller with its own result.
+type completer struct {
+	w    *Worker
+	in   chan *completion
+	wg   conc.WaitGroup
+	once sync.Once
+	// slots holds, by task id, the function that frees the task's slot.
+	slots sync.Map
+}
+
+// hold registers the function that frees a task's slot once its
+// completion is queued.
+func (c *completer) hold(id int64, free func()) { c.slots.Store(id, free) }
+
+type completion struct {
+	task   Task
+	token  uuid.UUID
+	output json.RawMessage
+	done   chan error
+}
+
+// completeFlushers is the number of completion statements in flight per
+// worker. One: every completion of a tenant updates that tenant's row of
+// unfinished runs, so completion statements of one tenant commit one after
+// the other anyway; with a single flusher the completions that arrive
+// while one statement commits all go into the next (fewer, larger
+// commits).
+const completeFlushers = 1
+
+func newCompleter(w *Worker) *completer {
+	c := &completer{w: w, in: make(chan *completion, w.cfg.CompleteBatch)}
+	for range completeFlushers {
+		c.wg.Go(c.flush)
+	}
+	return c
+}
+
+// complete records one completion and returns its result: nil, or an error
+// wrapping claim.ErrStaleLease / claim.ErrNotFound, or the statement's
+// error. The run event is published by the completer.
+func (c *completer) complete(ctx context.Context, t Task, token [16]byte, output json.RawMessage) error {
+	done := make(chan error, 1)
+	select {
+	case c.in <- &completion{task: t, token: token, output: output, done: done}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Queued: the task no longer runs, so its slot can take another. The
+	// queue itself is bounded (CompleteBatch waiting, plus the batch being
+	// written), so leased tasks not yet recorded stay below
+	// MaxConcurrentClaims + 2*CompleteBatch.
+	if free, ok := c.slots.LoadAndDelete(t.ID); ok {
+		free.(func())()
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		// The statement may still commit; the caller treats this like any
+		// unrecorded outcome (the lease will expire if it did not).
+		return ctx.Err()
+	}
+}
+
+// close stops the flushers once every completion sent has been recorded.
+func (c *completer) close() {
+	c.once.Do(func() { close(c.in) })
+	c.wg.Wait()
+}
+
+func (c *completer) flush() {
+	max := c.w.cfg.CompleteBatch
+	batch := make([]*completion, 0, max)
+	for first := range c.in {
+		batch = append(batch[:0], first)
+	gather:
+		for len(batch) < max {
+			select {
+			case x, ok := <-c.in:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, x)
+			default:
+				break gather
+			}
+		}
+		c.write(batch)
+	}
+}
+
+func (c *completer) write(batch []*completion) {
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	defer cancel()
+	cs := make([]claim.Completion, len(batch))
+	for i, x := range batch {
+		cs[i] = claim.Completion{ID: x.task.ID, Token: x.token, Output: x.output}
+	}
+	errs, err := claim.CompleteBatch(ctx, c.w.db, cs)
+	var done []Task
+	for i, x := range batch {
+		e := err
+		if e == nil {
+			e = errs[i]
+		}
+		if e == nil {
+			done = append(done, x.task)
+		}
+		x.done <- e
+	}
+	c.w.publishRuns(ctx, done)
+}
+
+// publishRuns announces the runs of tasks just completed, reading them in
+// one query. As with publishRun, the database is the truth and a lost
+// message only delays whoever waits for it.
+func (w *Worker) publishRuns(ctx context.Context, ts []Task) {
+	if w.nc == nil || len(ts) == 0 {
+		return
+	}
+	runs, err := runstore.GetMany(ctx, w.db, tenantsOf(ts), runIDsOf(ts), w.cfg.Shard)
+	if err != nil {
+		w.log.Warn("run events not published", "runs", len(ts), "err", err)
+		return
+	}
+	for _, run := range runs {
+		if err := dispatch.Publish(ctx, w.nc, w.subj.Runs(run.Tenant, run.ID), run); err != nil {
+			w.log.Warn("run event not published", "run", run.ID, "err", err)
+		}
+	}
+}
+
+func tenantsOf(ts []Task) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.Tenant
+	}
+	return out
+}
+
+func runIDsOf(ts []Task) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.RunID
+	}
+	return out
+}
