@@ -13,7 +13,10 @@ func benchmarks() map[string]func(ctx context.Context, e env, args []string) err
 		"claim": func(ctx context.Context, e env, args []string) error {
 			return runBench(ctx, e, append([]string{"claim"}, args...))
 		},
-		"starts": runBenchStarts,
+		"starts":      runBenchStarts,
+		"fleet":       runBenchFleet,
+		"claim-chart": runBenchClaimChart,
+		"soak":        runBenchSoak,
 	}
 }
 

@@ -58,6 +58,8 @@ func commands() map[string]command {
 		"start": {"start a run through the gateway at HARVEST_GATEWAY_URL (token HARVEST_TOKEN)", runStart},
 		"runs":  {"read a run through the gateway: runs get ID [--wait 30s] [--json]", runRuns},
 		"demo":  {"demo flood: a flood from one tenant and a trickle from another, with their waits", runDemo},
+
+		"healthcheck": {"exit 0 when a URL answers 2xx (container healthchecks)", runHealthcheck},
 	}
 }
 

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -40,4 +42,45 @@ func TestRedactHidesPassword(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "postgres://u:xxxxx@h/db", Redact("postgres://u:pw@h/db"))
 	require.Equal(t, "postgres://u@h/db", Redact("postgres://u@h/db"))
+}
+
+type fakeCfg struct {
+	Port int `envconfig:"TEST_BINARY_PORT" default:"7" desc:"a port"`
+}
+
+func (c fakeCfg) Validate() error {
+	if c.Port <= 0 {
+		return fmt.Errorf("HARVEST_TEST_BINARY_PORT: %d must be positive", c.Port)
+	}
+	return nil
+}
+
+func TestBinaryStart(t *testing.T) {
+	b := Binary{Name: "tool", Intro: "tool: does things.\n"}
+	var out, errb bytes.Buffer
+	var cfg fakeCfg
+
+	code, ok := b.Start([]string{"--help"}, &out, &errb, &cfg)
+	require.False(t, ok)
+	require.Equal(t, ExitOK, code)
+	require.Contains(t, out.String(), "tool: does things.")
+	require.Contains(t, out.String(), "HARVEST_TEST_BINARY_PORT")
+
+	code, ok = b.Start([]string{"serve"}, &out, &errb, &cfg)
+	require.False(t, ok)
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errb.String(), `tool: unexpected argument "serve"`)
+
+	t.Setenv("HARVEST_TEST_BINARY_PORT", "-1")
+	errb.Reset()
+	code, ok = b.Start(nil, &out, &errb, &cfg)
+	require.False(t, ok)
+	require.Equal(t, ExitUsage, code)
+	require.Contains(t, errb.String(), "HARVEST_TEST_BINARY_PORT")
+
+	t.Setenv("HARVEST_TEST_BINARY_PORT", "80")
+	code, ok = b.Start(nil, &out, &errb, &cfg)
+	require.True(t, ok)
+	require.Equal(t, ExitOK, code)
+	require.Equal(t, 80, cfg.Port)
 }

@@ -11,11 +11,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/internal/auth"
@@ -24,17 +22,12 @@ import (
 	"github.com/harvest-run/harvest/internal/telemetry"
 )
 
-// Exit codes of Main.
-const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
-)
-
 // Usage writes the help text: what the gateway does and every variable it
 // reads, with its default.
-func Usage(w io.Writer) {
-	fmt.Fprint(w, `gateway: the HTTP API and NATS start service of Harvest.
+func Usage(w io.Writer) { binary.Usage(w, &Config{}) }
+
+// binary is how the gateway presents itself on the command line.
+var binary = config.Binary{Name: "gateway", Intro: `gateway: the HTTP API and NATS start service of Harvest.
 
 It starts, reads, lists and cancels runs over HTTP (HARVEST_GATEWAY_ADDR,
 bearer tokens from HARVEST_GATEWAY_TOKENS_FILE, reloaded on change or SIGHUP)
@@ -46,44 +39,23 @@ changed with PUT /v1/admission or the /admin page). Operators manage weight
 overrides, quotas and admission under /v1/queues, /v1/audit and
 /v1/admission. SIGTERM or SIGINT stops it gracefully. OTEL_* variables
 configure trace export; metrics are served at GET /metrics.
-
-Environment:
-`)
-	tw := tabwriter.NewWriter(w, 1, 0, 2, ' ', 0)
-	_ = envconfig.Usagef(config.Prefix, &Config{}, tw, envconfig.DefaultTableFormat)
-	_ = tw.Flush()
-}
+`}
 
 // Main runs the gateway binary with the process arguments (without the
 // program name) and returns its exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		switch args[0] {
-		case "-h", "-help", "--help", "help":
-			Usage(stdout)
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "gateway: unexpected argument %q: the gateway is configured by the environment\n\n", args[0])
-		Usage(stderr)
-		return exitUsage
-	}
 	var cfg Config
-	if err := config.Load(&cfg); err != nil {
-		fmt.Fprintln(stderr, "gateway:", err)
-		return exitUsage
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(stderr, "gateway:", err)
-		return exitUsage
+	if code, ok := binary.Start(args, stdout, stderr, &cfg); !ok {
+		return code
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := Run(ctx, cfg, RunOptions{Logger: log}); err != nil {
 		log.Error("gateway failed", "err", err)
-		return exitError
+		return config.ExitError
 	}
-	return exitOK
+	return config.ExitOK
 }
 
 // RunOptions are the optional parts of Run.

@@ -11,11 +11,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/kelseyhightower/envconfig"
 	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/internal/config"
@@ -43,51 +41,25 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Exit codes.
-const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
-)
-
 // Usage writes the help text: what the worker does and every variable it
 // reads, with its default.
-func Usage(w io.Writer) {
-	fmt.Fprint(w, `worker: claims and runs the tasks of one Harvest shard.
+func Usage(w io.Writer) { binary.Usage(w, &Config{}) }
+
+// binary is how the worker presents itself on the command line.
+var binary = config.Binary{Name: "worker", Intro: `worker: claims and runs the tasks of one Harvest shard.
 
 It serves the queues in HARVEST_WORKER_QUEUES on shard HARVEST_WORKER_SHARD,
 runs the demo workflows echo, sleep, fail and steps itself, and asks services
 over NATS (harvest.handle.<workflow>) for every other workflow. SIGTERM or
 SIGINT stops it gracefully. OTEL_* variables configure trace export.
-
-Environment:
-`)
-	tw := tabwriter.NewWriter(w, 1, 0, 2, ' ', 0)
-	_ = envconfig.Usagef(config.Prefix, &Config{}, tw, envconfig.DefaultTableFormat)
-	_ = tw.Flush()
-}
+`}
 
 // Main runs the worker with the process arguments (without the program
 // name) and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		switch args[0] {
-		case "-h", "-help", "--help", "help":
-			Usage(stdout)
-			return exitOK
-		}
-		fmt.Fprintf(stderr, "worker: unexpected argument %q: the worker is configured by the environment\n\n", args[0])
-		Usage(stderr)
-		return exitUsage
-	}
 	var cfg Config
-	if err := config.Load(&cfg); err != nil {
-		fmt.Fprintln(stderr, "worker:", err)
-		return exitUsage
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(stderr, "worker:", err)
-		return exitUsage
+	if code, ok := binary.Start(args, stdout, stderr, &cfg); !ok {
+		return code
 	}
 	if cfg.ID == "" {
 		cfg.ID = worker.DefaultID()
@@ -98,9 +70,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := run(ctx, cfg, log); err != nil {
 		log.Error("worker failed", "err", err)
-		return exitError
+		return config.ExitError
 	}
-	return exitOK
+	return config.ExitOK
 }
 
 func run(ctx context.Context, cfg Config, log *slog.Logger) error {

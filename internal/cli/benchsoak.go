@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/harvest-run/harvest/internal/gateway"
+	"github.com/harvest-run/harvest/internal/soak"
+	"github.com/harvest-run/harvest/internal/workerbin"
+)
+
+// runBenchSoak is harvest bench soak: a fleet of gateway and worker
+// processes (this binary, re-executed in the role of each) under a mixed
+// load with random faults, then the invariant report and memory over time.
+func runBenchSoak(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "bench soak", "bench soak [--minutes 15] [--fault-every 20s] [--rate 10] [--seed N]")
+	minutes := fs.Float64("minutes", 15, "how long the load and the faults run")
+	every := fs.Duration("fault-every", 20*time.Second, "time between two random faults")
+	memEvery := fs.Duration("memory-every", 30*time.Second, "time between two memory samples")
+	rate := fs.Float64("rate", 10, "new starts per second over all tenants (the fleet keeps up with about 15)")
+	seed := fs.Uint64("seed", 0, "seed of the fault choice (0: from the clock)")
+	role := fs.String("role", "", "internal: run as the fleet's gateway or worker process")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch *role {
+	case "":
+	case "gateway":
+		os.Exit(gateway.Main(nil, e.stdout, e.stderr))
+	case "worker":
+		os.Exit(workerbin.Main(nil, e.stdout, e.stderr))
+	default:
+		return usageError{fmt.Sprintf("--role: %q is not gateway or worker", *role)}
+	}
+	if *minutes <= 0 {
+		return usageError{"--minutes: must be positive"}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	server := os.Getenv("HARVEST_DATABASE_URL")
+	if server == "" {
+		server = defaultBenchURL
+	}
+	return soak.Run(ctx, soak.SoakOptions{
+		Bins: soak.Binaries{
+			Gateway: soak.Command{Path: self, Args: []string{"bench", "soak", "--role", "gateway"}},
+			Worker:  soak.Command{Path: self, Args: []string{"bench", "soak", "--role", "worker"}},
+		},
+		ServerURL:   server,
+		Duration:    time.Duration(*minutes * float64(time.Minute)),
+		FaultEvery:  *every,
+		MemoryEvery: *memEvery,
+		Rate:        *rate,
+		Seed:        *seed,
+		Out:         e.stdout,
+	})
+}

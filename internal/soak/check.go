@@ -1,0 +1,406 @@
+package soak
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harvest-run/harvest/internal/shards"
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
+)
+
+// clockSampler reads every queue's fairness clock V (the largest
+// last_start among charged keys) on every shard every 100ms and remembers
+// any sample lower than the one before it.
+type clockSampler struct {
+	pools   []*pgxpool.Pool
+	done    chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	last    map[string]float64
+	samples int
+	fell    []string
+}
+
+func startClock(pools []*pgxpool.Pool) *clockSampler {
+	c := &clockSampler{pools: pools, done: make(chan struct{}), last: map[string]float64{}}
+	c.wg.Add(1)
+	go c.loop()
+	return c
+}
+
+func (c *clockSampler) loop() {
+	defer c.wg.Done()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+		}
+		c.sample()
+	}
+}
+
+func (c *clockSampler) sample() {
+	for s, p := range c.pools {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		rows, err := p.Query(ctx, `SELECT queue, max(last_start) FROM fair_state WHERE charged_at IS NOT NULL GROUP BY queue`)
+		if err != nil {
+			cancel()
+			continue
+		}
+		for rows.Next() {
+			var q string
+			var v float64
+			if rows.Scan(&q, &v) != nil {
+				continue
+			}
+			k := fmt.Sprintf("shard %d queue %q", s, q)
+			c.mu.Lock()
+			if prev, ok := c.last[k]; ok && v < prev {
+				c.fell = append(c.fell, fmt.Sprintf("%s: V fell from %g to %g", k, prev, v))
+			}
+			c.last[k] = v
+			c.samples++
+			c.mu.Unlock()
+		}
+		rows.Close()
+		cancel()
+	}
+}
+
+func (c *clockSampler) stop() {
+	select {
+	case <-c.done:
+	default:
+		close(c.done)
+	}
+	c.wg.Wait()
+}
+
+func (c *clockSampler) result() (int, []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.samples, append([]string(nil), c.fell...)
+}
+
+// Report is what Check found.
+type Report struct {
+	Acked, Replays, Retries int
+	Runs                    int
+	ByStatus                map[api.Status]int
+	Tasks                   int
+	MaxAttempt              int
+	FencedChecked           int // completed runs whose output names the attempt that made it
+	FinalEvents             int
+	ClockSamples            int
+	TrickleClaims           int
+	Violations              []string
+	// Notes are things worth a look that break no promise (Postgres
+	// deadlocks the processes logged and recovered from, say).
+	Notes []string
+}
+
+// OK reports whether no invariant was broken.
+func (r Report) OK() bool { return len(r.Violations) == 0 }
+
+func (r Report) String() string {
+	var b strings.Builder
+	statuses := make([]string, 0, len(r.ByStatus))
+	for s, n := range r.ByStatus {
+		statuses = append(statuses, fmt.Sprintf("%s=%d", s, n))
+	}
+	sort.Strings(statuses)
+	fmt.Fprintf(&b, "acked starts %d (replays %d, retries %d); runs %d [%s]; tasks %d, max attempt %d\n",
+		r.Acked, r.Replays, r.Retries, r.Runs, strings.Join(statuses, " "), r.Tasks, r.MaxAttempt)
+	fmt.Fprintf(&b, "fenced outputs checked %d; final events heard %d; clock samples %d; trickle claims %d\n",
+		r.FencedChecked, r.FinalEvents, r.ClockSamples, r.TrickleClaims)
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
+	if r.OK() {
+		b.WriteString("invariants: all hold\n")
+		return b.String()
+	}
+	// Group the violations by their first words, so that a flood of one
+	// kind does not hide the others.
+	fmt.Fprintf(&b, "invariants: %d violation(s)\n", len(r.Violations))
+	groups := map[string][]string{}
+	var order []string
+	for _, v := range r.Violations {
+		words := strings.Fields(v)
+		k := strings.Join(words[:min(3, len(words))], " ")
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], v)
+	}
+	for _, k := range order {
+		g := groups[k]
+		fmt.Fprintf(&b, "  %d × %s ...\n", len(g), k)
+		for _, v := range g[:min(3, len(g))] {
+			fmt.Fprintf(&b, "    - %s\n", v)
+		}
+	}
+	return b.String()
+}
+
+// Drain cancels the runs the trickle quota holds back, then waits until
+// no run on any shard is unfinished (or timeout passes).
+func (f *Fleet) Drain(ctx context.Context, timeout time.Duration) error {
+	for s, p := range f.direct {
+		rows, err := p.Query(ctx, `SELECT tenant, id FROM runs WHERE quota_key = $1 AND status NOT IN ('completed', 'failed', 'cancelled')`, TrickleQuota)
+		if err != nil {
+			return fmt.Errorf("soak: shard %d: %w", s, err)
+		}
+		type tid struct{ tenant, id string }
+		var list []tid
+		for rows.Next() {
+			var t tid
+			if err := rows.Scan(&t.tenant, &t.id); err != nil {
+				rows.Close()
+				return err
+			}
+			list = append(list, t)
+		}
+		rows.Close()
+		for i, t := range list {
+			err := waitFor(ctx, 30*time.Second, func() (bool, error) {
+				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				_, err := f.Tenant(t.tenant, i%f.Gateways()).Cancel(cctx, t.id)
+				var ae *api.Error
+				if err == nil || (asAPIError(err, &ae) && ae.Status == 409) {
+					return true, nil // cancelled, or finished meanwhile
+				}
+				return false, nil
+			}, "cancel of a trickle run")
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return waitFor(ctx, timeout, func() (bool, error) {
+		for _, p := range f.direct {
+			var n int
+			if err := p.QueryRow(ctx, `SELECT count(*) FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled')`).Scan(&n); err != nil {
+				return false, nil
+			}
+			if n > 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	}, "every run to finish")
+}
+
+// Check verifies the invariants once the fleet has drained. acks are the
+// load's acknowledged starts, problems its wrong answers.
+func (f *Fleet) Check(ctx context.Context, acks []Ack, problems []string) Report {
+	r := Report{ByStatus: map[api.Status]int{}}
+	bad := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
+	for _, p := range problems {
+		bad("wrong answer to a start: %s", p)
+	}
+
+	type run struct {
+		status      api.Status
+		name        string
+		attempts    int
+		maxAttempts int
+		output      []byte
+		lastAttempt int
+		quota       string
+	}
+	runs := map[string]*run{} // tenant/id
+	for s, p := range f.direct {
+		rows, err := p.Query(ctx, `
+			SELECT r.tenant, r.id, r.status, r.name, r.attempts, r.max_attempts, r.output, r.quota_key,
+			       coalesce((SELECT t.attempt FROM tasks t WHERE t.run_pk = r.pk ORDER BY t.id DESC LIMIT 1), 0)
+			FROM runs r`)
+		if err != nil {
+			bad("shard %d: read runs: %v", s, err)
+			continue
+		}
+		for rows.Next() {
+			var tenant, id string
+			x := &run{}
+			if err := rows.Scan(&tenant, &id, &x.status, &x.name, &x.attempts, &x.maxAttempts, &x.output, &x.quota, &x.lastAttempt); err != nil {
+				bad("shard %d: scan run: %v", s, err)
+				break
+			}
+			if home := shards.Home(tenant, len(f.direct)); home != s {
+				bad("run %s/%s is on shard %d, its tenant's home is %d", tenant, id, s, home)
+			}
+			runs[tenant+"/"+id] = x
+			r.Runs++
+			r.ByStatus[x.status]++
+		}
+		rows.Close()
+
+		// Tasks: attempts within the bound, nothing left in play.
+		var tasks, maxAttempt, over, live int
+		err = p.QueryRow(ctx, `
+			SELECT count(*), coalesce(max(t.attempt), 0),
+			       count(*) FILTER (WHERE t.attempt > r.max_attempts),
+			       count(*) FILTER (WHERE t.state <> 'done')
+			FROM tasks t JOIN runs r ON r.pk = t.run_pk`).Scan(&tasks, &maxAttempt, &over, &live)
+		if err != nil {
+			bad("shard %d: read tasks: %v", s, err)
+		} else {
+			r.Tasks += tasks
+			r.MaxAttempt = max(r.MaxAttempt, maxAttempt)
+			if over > 0 {
+				bad("shard %d: %d task(s) ran more attempts than their run allows", s, over)
+			}
+			if live > 0 {
+				bad("shard %d: %d task(s) still pending or running after every run finished", s, live)
+			}
+		}
+		var runsOver int
+		if err := p.QueryRow(ctx, `SELECT count(*) FROM runs r WHERE r.attempts > r.max_attempts * (SELECT count(*) FROM tasks t WHERE t.run_pk = r.pk)`).Scan(&runsOver); err == nil && runsOver > 0 {
+			bad("shard %d: %d run(s) counted more attempts than their tasks allow", s, runsOver)
+		}
+
+		// Running counts against the real recount, rolled back.
+		if tx, err := p.Begin(ctx); err != nil {
+			bad("shard %d: recount: %v", s, err)
+		} else {
+			fixes, err := tenantcap.RecountTx(ctx, tx)
+			_ = tx.Rollback(ctx)
+			if err != nil {
+				bad("shard %d: recount: %v", s, err)
+			}
+			for _, fx := range fixes {
+				bad("shard %d: tenant %s running count is %d, a recount says %d", s, fx.Tenant, fx.Was, fx.Now)
+			}
+		}
+
+		// The trickle key: one claim got through its quota; every later
+		// claim was refused by the rate recheck. Its charge must date from
+		// that one claim, not from a refusal.
+		var claims int
+		var lastClaim, charged *time.Time
+		err = p.QueryRow(ctx, `
+			SELECT coalesce(sum(t.attempt), 0), max(t.claimed_at),
+			       (SELECT charged_at FROM fair_state WHERE queue = $1 AND key = $2)
+			FROM tasks t WHERE t.queue = $1 AND t.fairness_key = $2`, Queue, TrickleKey).Scan(&claims, &lastClaim, &charged)
+		if err != nil {
+			bad("shard %d: read the trickle key: %v", s, err)
+		} else {
+			r.TrickleClaims += claims
+			if charged != nil && (lastClaim == nil || charged.After(lastClaim.Add(time.Second))) {
+				bad("shard %d: key %q was charged at %v, after its last claim at %v: a refused recheck charged it", s, TrickleKey, charged, lastClaim)
+			}
+		}
+	}
+
+	for _, a := range acks {
+		r.Acked++
+		r.Retries += a.Tries - 1
+		if !a.Created {
+			r.Replays++
+		}
+		x, ok := runs[a.Tenant+"/"+a.ID]
+		if !ok {
+			bad("acknowledged start %s/%s (%s, shard %d) has no run", a.Tenant, a.ID, a.Via, a.Shard)
+			continue
+		}
+		_ = x
+	}
+	for k, x := range runs {
+		if !x.status.Final() {
+			bad("run %s is %s, not final", k, x.status)
+			continue
+		}
+		if x.status != api.StatusCompleted {
+			continue
+		}
+		switch x.name {
+		case "fail":
+			var out struct {
+				Attempts int `json:"attempts"`
+			}
+			if json.Unmarshal(x.output, &out) == nil {
+				r.FencedChecked++
+				if out.Attempts != x.lastAttempt {
+					bad("run %s completed with the output of attempt %d, but attempt %d held the lease: a stale completion was applied", k, out.Attempts, x.lastAttempt)
+				}
+			}
+		case "probe":
+			var out ProbeOutput
+			if json.Unmarshal(x.output, &out) == nil {
+				r.FencedChecked++
+				if out.Attempt != x.lastAttempt {
+					bad("run %s completed with the output of attempt %d, but attempt %d held the lease: a stale completion was applied", k, out.Attempt, x.lastAttempt)
+				}
+			}
+		}
+	}
+	f.evMu.Lock()
+	for k, sts := range f.events {
+		r.FinalEvents += len(sts)
+		if len(sts) > 1 {
+			bad("run %s reached a final state %d times: %v", k, len(sts), sts)
+		}
+		// A run not final in the database is reported above; the fleet
+		// may still be finishing it while the check runs.
+		if x, ok := runs[k]; ok && len(sts) > 0 && x.status.Final() && x.status != sts[0] {
+			bad("run %s: event said %s, the database says %s", k, sts[0], x.status)
+		}
+	}
+	for k, n := range f.probeRun {
+		if x, ok := runs[k]; ok && n > x.maxAttempts {
+			bad("probe run %s was executed %d times, its bound is %d attempts", k, n, x.maxAttempts)
+		}
+	}
+	f.evMu.Unlock()
+
+	if f.clock != nil {
+		n, fell := f.clock.result()
+		r.ClockSamples = n
+		for _, s := range fell {
+			bad("fairness clock: %s", s)
+		}
+	}
+	for _, p := range f.Procs() {
+		log := p.Log()
+		if strings.Contains(log, "janitor fixed running counts") {
+			bad("%s: the janitor had to fix running counts (they drifted)", p.Name)
+		}
+		if strings.Contains(log, "panic:") || strings.Contains(log, "DATA RACE") {
+			bad("%s: panic or race in the log", p.Name)
+		}
+		if n := strings.Count(log, "deadlock detected"); n > 0 {
+			r.Notes = append(r.Notes, fmt.Sprintf("%s logged %d Postgres deadlock(s) (retried)", p.Name, n))
+		}
+	}
+	sort.Strings(r.Violations)
+	return r
+}
+
+func asAPIError(err error, target **api.Error) bool { return errors.As(err, target) }
+
+// Unfinished counts the runs not in a final state over every shard (-1
+// when a shard cannot be read).
+func (f *Fleet) Unfinished(ctx context.Context) int {
+	total := 0
+	for _, p := range f.direct {
+		var n int
+		if err := p.QueryRow(ctx, `SELECT count(*) FROM runs WHERE status NOT IN ('completed', 'failed', 'cancelled')`).Scan(&n); err != nil {
+			return -1
+		}
+		total += n
+	}
+	return total
+}

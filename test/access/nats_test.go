@@ -1,0 +1,141 @@
+package access
+
+import (
+	"io"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/internal/gateway"
+	"github.com/harvest-run/harvest/internal/natsauth"
+	"github.com/harvest-run/harvest/internal/shards"
+	"github.com/harvest-run/harvest/internal/testsvc"
+)
+
+// shippedNATS runs a NATS server from deploy/nats/nats.conf on random
+// local ports.
+func shippedNATS(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	conf := filepath.Join(filepath.Dir(file), "..", "..", "deploy", "nats", "nats.conf")
+	sopts, err := server.ProcessConfigFile(conf)
+	require.NoError(t, err)
+	sopts.Host, sopts.Port = "127.0.0.1", server.RANDOM_PORT
+	sopts.HTTPHost, sopts.HTTPPort = "127.0.0.1", server.RANDOM_PORT
+	sopts.StoreDir = filepath.Join(t.TempDir(), "js")
+	sopts.NoSigs, sopts.NoLog = true, true
+	ns, err := server.NewServer(sopts)
+	require.NoError(t, err)
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+	return ns.ClientURL()
+}
+
+// tenantConn connects as a tenant of the shipped config and collects the
+// server's asynchronous errors (permission violations).
+func tenantConn(t *testing.T, url, tenant string) (*nats.Conn, chan error) {
+	t.Helper()
+	errs := make(chan error, 64)
+	nc, err := nats.Connect(url, nats.UserInfo(tenant, passwords["HARVEST_NATS_"+strings.ToUpper(tenant)+"_PASSWORD"]),
+		nats.CustomInboxPrefix(natsauth.InboxPrefix(tenant)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc, errs
+}
+
+func violation(t *testing.T, errs chan error, what string) {
+	t.Helper()
+	select {
+	case err := <-errs:
+		require.ErrorContains(t, err, "Permissions Violation", what)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no permissions violation for %s", what)
+	}
+}
+
+// TestNATSTenantIsolation runs a gateway behind the shipped NATS
+// configuration. Tenant acme cannot start runs on globex's subjects (one
+// or batch, publish or request), cannot subscribe to globex's run events
+// (nor to every tenant's, nor to everything), cannot forge run events,
+// wake-ups, dispatches or weight changes, and cannot take the gateways'
+// start requests or the handlers' tasks. A real run event of globex is
+// heard by globex and not by acme.
+func TestNATSTenantIsolation(t *testing.T) {
+	url := shippedNATS(t)
+	urls := []string{testsvc.NewDBURL(t), testsvc.NewDBURL(t)}
+	svc, err := nats.Connect(url, nats.UserInfo("harvest", passwords["HARVEST_NATS_PASSWORD"]))
+	require.NoError(t, err)
+	defer svc.Close()
+	cfg := gateway.DefaultConfig(urls, url)
+	cfg.MaxRuns = 1_000_000
+	g, err := gateway.New(gateway.Options{Config: cfg, NATS: svc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	defer g.Close()
+	require.NoError(t, g.ServeNATS())
+
+	acme, acmeErrs := tenantConn(t, url, "acme")
+	globex, _ := tenantConn(t, url, "globex")
+
+	// Its own start works, so what fails below fails for permissions.
+	msg, err := acme.Request("harvest.start.acme", []byte(`{"id":"own","name":"echo","queue":"q"}`), 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "201", msg.Header.Get(gateway.StatusHeader), string(msg.Data))
+
+	// Starts on globex's subjects are refused by the server.
+	for _, subj := range []string{"harvest.start.globex", "harvest.start_batch.globex"} {
+		require.NoError(t, acme.Publish(subj, []byte(`{"name":"echo","queue":"q"}`)))
+		require.NoError(t, acme.Flush())
+		violation(t, acmeErrs, "publish on "+subj)
+		_, err := acme.Request(subj, []byte(`{"runs":[{"name":"echo","queue":"q"}]}`), time.Second)
+		require.Error(t, err, "a request on %s gets no answer", subj)
+		violation(t, acmeErrs, "request on "+subj)
+	}
+	db, err := pgxpool.New(t.Context(), urls[shards.Home("globex", 2)])
+	require.NoError(t, err)
+	defer db.Close()
+	var n int
+	require.NoError(t, db.QueryRow(t.Context(), `SELECT count(*) FROM runs WHERE tenant = 'globex'`).Scan(&n))
+	require.Zero(t, n, "acme started a run for globex")
+
+	// Subscriptions to other tenants' events, all events, or the
+	// service's subjects are refused.
+	for _, subj := range []string{"harvest.runs.globex.>", "harvest.runs.globex.own", "harvest.runs.*.own", "harvest.runs.>",
+		">", "harvest.start.>", "harvest.start.globex", "harvest.handle.>", "_INBOX_globex.>", "_INBOX.>"} {
+		_, err := acme.SubscribeSync(subj)
+		require.NoError(t, err) // refused asynchronously by the server
+		require.NoError(t, acme.Flush())
+		violation(t, acmeErrs, "subscribe "+subj)
+	}
+	// Publishing what only the service publishes is refused.
+	for _, subj := range []string{"harvest.runs.acme.own", "harvest.runs.globex.x", "harvest.wake.0.q",
+		"harvest.dispatch.0.q", "harvest.weights.q"} {
+		require.NoError(t, acme.Publish(subj, []byte(`{}`)))
+		require.NoError(t, acme.Flush())
+		violation(t, acmeErrs, "publish on "+subj)
+	}
+
+	// A real event of a globex run: globex hears it, acme does not.
+	mine, err := acme.SubscribeSync("harvest.runs.acme.>")
+	require.NoError(t, err)
+	theirs, err := globex.SubscribeSync("harvest.runs.globex.>")
+	require.NoError(t, err)
+	require.NoError(t, acme.Flush())
+	require.NoError(t, globex.Flush())
+	require.NoError(t, svc.Publish("harvest.runs.globex.r1", []byte(`{"id":"r1","tenant":"globex","status":"completed"}`)))
+	require.NoError(t, svc.Flush())
+	got, err := theirs.NextMsg(10 * time.Second)
+	require.NoError(t, err)
+	require.Contains(t, string(got.Data), `"globex"`)
+	_, err = mine.NextMsg(200 * time.Millisecond)
+	require.ErrorIs(t, err, nats.ErrTimeout, "acme heard globex's run event")
+}
