@@ -119,6 +119,14 @@ func ValidateQueueName(q string) error {
 	if q == "." || q == ".." {
 		return invalid(RuleDot, `must not be "." or ".."`)
 	}
+	// The database stores names as UTF-8 text, which can hold neither
+	// invalid sequences nor NUL: such a name could never be written.
+	if !utf8.ValidString(q) {
+		return invalid(RuleInvalidUTF8, "must be valid UTF-8")
+	}
+	if strings.IndexByte(q, 0) >= 0 {
+		return invalid(RuleControlChar, "must not hold a NUL byte")
+	}
 	return nil
 }
 

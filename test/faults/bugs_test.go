@@ -2,7 +2,6 @@ package faults
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -14,22 +13,11 @@ import (
 	"github.com/harvest-run/harvest/internal/testsvc"
 )
 
-// knownBug skips a test that shows a bug in code this suite does not own,
-// unless HARVEST_KNOWN_BUGS is set; see docs/reliability.md.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("HARVEST_KNOWN_BUGS") == "" {
-		t.Skipf("known bug, reported (set HARVEST_KNOWN_BUGS=1 to run): %s", what)
-	}
-}
-
-// A start that lands on a pooled connection the network has cut gets
-// pgx's "conn closed" error, which runstore.Unavailable does not count as
-// an unreachable shard, so the gateway answers 500 "internal error
-// (start)" instead of 503 (seen in TestFlakyPostgresConnections and
-// TestWeightWritesWithShardUnreachable: "runstore: begin: conn closed").
+// Regression: a start that lands on a pooled connection the network has
+// cut gets pgx's "conn closed" error, which must count as an unreachable
+// shard (503), not an internal error (500). Found by
+// TestFlakyPostgresConnections and TestWeightWritesWithShardUnreachable.
 func TestClosedConnectionIsUnavailable(t *testing.T) {
-	knownBug(t, "runstore.Unavailable does not recognise pgx's \"conn closed\"; the gateway answers 500 instead of 503")
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, testsvc.NewDBURL(t))
 	require.NoError(t, err)
@@ -39,17 +27,15 @@ func TestClosedConnectionIsUnavailable(t *testing.T) {
 	require.True(t, runstore.Unavailable(err), "error %q is not classed as unavailable, so it becomes a 500", err)
 }
 
-// The janitor's exclusive tick locks every tenant's running-count row
-// (for its recount) and keeps those locks while it deletes finished runs
-// and prunes fairness state. Every start (the gateway locks its tenant's
-// count) and every completion (harvest_run_finish lowers it) on the shard
-// waits until the tick commits. The soak saw harvest_fair_prune take
+// Regression: the janitor's exclusive tick once locked every tenant's
+// running-count row (for its recount) and kept those locks while it
+// deleted finished runs and pruned fairness state, so every start and every
+// completion on the shard waited until the tick committed. The soak saw harvest_fair_prune take
 // 0.2-1.3 s on a shard of ~20k tasks, with dozens of harvest_complete calls
 // and start transactions queued behind it (pg_stat_activity: Lock:tuple on
 // tenant_running). Here the prune is held on a row lock, deterministically,
 // and the test checks whether a tenant's count can be taken meanwhile.
 func TestJanitorPruneDoesNotHoldRunningCounts(t *testing.T) {
-	knownBug(t, "internal/janitor holds every tenant_running row lock during the fairness prune; starts and completions stall behind it")
 	ctx := context.Background()
 	db := testsvc.NewDB(t)
 	_, err := db.Exec(ctx, `INSERT INTO tenant_running (tenant, running) VALUES ('acme', 0)`)

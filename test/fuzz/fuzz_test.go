@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -203,7 +202,7 @@ func FuzzWeightBody(f *testing.F) {
 	f.Add("q", "\x00", []byte(`{"weight":-1}`))
 	tg := newTarget(f, false)
 	f.Fuzz(func(t *testing.T, queue, key string, body []byte) {
-		if !routable(queue) || !routable(key) || knownBadQueue(queue) {
+		if !routable(queue) || !routable(key) {
 			return
 		}
 		path := "/v1/queues/" + url.PathEscape(queue) + "/weights/" + url.PathEscape(key)
@@ -226,7 +225,7 @@ func FuzzQuotaBody(f *testing.F) {
 	f.Add("q", "k", []byte(`{"rate":"x","burst":null}`))
 	tg := newTarget(f, false)
 	f.Fuzz(func(t *testing.T, queue, key string, body []byte) {
-		if !routable(queue) || !routable(key) || knownBadQueue(queue) {
+		if !routable(queue) || !routable(key) {
 			return
 		}
 		path := "/v1/queues/" + url.PathEscape(queue) + "/quotas/" + url.PathEscape(key)
@@ -308,10 +307,3 @@ func FuzzValidators(f *testing.F) {
 // names cannot be "." or ".." for that reason.
 func routable(v string) bool { return v != "" && v != "." && v != ".." }
 
-// knownBadQueue skips queue names that are not valid UTF-8 or hold a NUL
-// byte while the bug TestQueueNameMustBeValidUTF8 shows is open (they
-// reach Postgres, which refuses them, and the fan-out answers 503).
-// HARVEST_KNOWN_BUGS=1 fuzzes them too.
-func knownBadQueue(queue string) bool {
-	return (!utf8.ValidString(queue) || strings.ContainsRune(queue, 0)) && os.Getenv("HARVEST_KNOWN_BUGS") == ""
-}
