@@ -306,4 +306,3 @@ func FuzzValidators(f *testing.F) {
 // HTTP router cleans away (it redirects) before any handler runs; queue
 // names cannot be "." or ".." for that reason.
 func routable(v string) bool { return v != "" && v != "." && v != ".." }
-
