@@ -19,7 +19,6 @@ var (
 	sqlAdmitLock       = mustSQL("AdmitLock")
 	sqlAdmitRead       = mustSQL("AdmitRead")
 	sqlShardTotal      = mustSQL("ShardTotal")
-	sqlTenantRunning   = mustSQL("TenantRunning")
 	sqlRunningByTenant = mustSQL("RunningByTenant")
 	sqlRecountDrift    = mustSQL("RecountDrift")
 	sqlRecountLock     = mustSQL("RecountLock")

@@ -114,9 +114,8 @@ type Worker struct {
 
 	// execCtx ends when the shutdown grace is over; abandon closes
 	// abandonAfter later.
-	execCtx  context.Context
-	stopExec context.CancelCauseFunc
-	abandon  chan struct{}
+	execCtx context.Context
+	abandon chan struct{}
 
 	inst instruments
 
