@@ -99,11 +99,13 @@ func TestDeferredRacingJanitorsFireEachOnce(t *testing.T) {
 	}
 	// No window of one period holds more than limit starts of the key. The
 	// limit is kept on the firers' clock readings; a run's created_at is its
-	// firing transaction's start, a little later, hence the slack.
+	// firing transaction's start, later by a scheduling delay that a loaded
+	// machine stretches, hence the slack of half a period: firing without
+	// the limit would put limit+1 starts at almost the same instant.
 	times := b.sortedTimes(t, 0, `SELECT created_at FROM runs WHERE id LIKE 't%'`)
 	require.Len(t, times, throttled)
 	for i := limit; i < len(times); i++ {
-		require.GreaterOrEqual(t, times[i].Sub(times[i-limit]), period-100*time.Millisecond, "starts %d and %d", i-limit, i)
+		require.GreaterOrEqual(t, times[i].Sub(times[i-limit]), period/2, "starts %d and %d", i-limit, i)
 	}
 }
 
