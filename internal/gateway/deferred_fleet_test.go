@@ -97,16 +97,11 @@ func TestDeferredRacingJanitorsFireEachOnce(t *testing.T) {
 		require.Equal(t, m0.RunID, m1.RunID)
 		require.Equal(t, api.StatusQueued, m1.Status)
 	}
-	// No window of one period holds more than limit starts of the key. The
-	// limit is kept on the firers' clock readings; a run's created_at is its
-	// firing transaction's start, later by a scheduling delay that a loaded
-	// machine stretches, hence the slack of half a period: firing without
-	// the limit would put limit+1 starts at almost the same instant.
-	times := b.sortedTimes(t, 0, `SELECT created_at FROM runs WHERE id LIKE 't%'`)
-	require.Len(t, times, throttled)
-	for i := limit; i < len(times); i++ {
-		require.GreaterOrEqual(t, times[i].Sub(times[i-limit]), period/2, "starts %d and %d", i-limit, i)
-	}
+	// The throttle's spacing is checked with a controlled clock in
+	// internal/deferred (TestThrottle*); measured here on created_at it
+	// would be a wall-clock assertion that a loaded machine breaks. This
+	// test is about firing each start exactly once.
+	require.Equal(t, throttled, b.count(t, 0, `SELECT count(*) FROM runs WHERE id LIKE 't%'`))
 }
 
 // A run fired by a worker's janitor is announced: the worker (polling

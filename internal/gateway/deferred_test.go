@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -486,21 +485,4 @@ func TestDeferredKeyBindingBindsTheQuotaKey(t *testing.T) {
 	e := apiErr(t, out)
 	require.Equal(t, "quota_key", e.Field)
 	require.Contains(t, e.Message, "bound to the tenant")
-}
-
-// sortedTimes reads one timestamp column, in order.
-func (b *bundle) sortedTimes(t *testing.T, shard int, query string) []time.Time {
-	t.Helper()
-	rows, err := b.dbs[shard].Query(b.ctx, query)
-	require.NoError(t, err)
-	defer rows.Close()
-	var out []time.Time
-	for rows.Next() {
-		var ts time.Time
-		require.NoError(t, rows.Scan(&ts))
-		out = append(out, ts)
-	}
-	require.NoError(t, rows.Err())
-	slices.SortFunc(out, func(a, b time.Time) int { return a.Compare(b) })
-	return out
 }
