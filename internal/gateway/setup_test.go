@@ -90,6 +90,8 @@ type setupOpts struct {
 	MaxRuns int
 	// Refresh replaces the tests' 20ms HARVEST_ADMISSION_REFRESH.
 	Refresh time.Duration
+	// Reload replaces the default HARVEST_ADMISSION_RELOAD.
+	Reload time.Duration
 	// Tokens replaces the test tokens.
 	Tokens *auth.TokenSet
 	// Now is the clock of the /admin sessions.
@@ -148,6 +150,9 @@ func setup(t *testing.T, o setupOpts) *bundle {
 		cfg.MaxRuns = o.MaxRuns
 	}
 	cfg.Refresh = 20 * time.Millisecond
+	if o.Reload > 0 {
+		cfg.Reload = o.Reload
+	}
 	if o.Refresh > 0 {
 		cfg.Refresh = o.Refresh
 	}
