@@ -59,6 +59,13 @@ func (p *shardProxy) serve(ln net.Listener) {
 				continue
 			}
 			p.mu.Lock()
+			if p.ln != ln {
+				// down ran meanwhile: it would never see this pair.
+				p.mu.Unlock()
+				c.Close()
+				up.Close()
+				return
+			}
 			p.conns[c], p.conns[up] = true, true
 			p.mu.Unlock()
 			p.wg.Go(func() { _, _ = io.Copy(up, c); up.Close(); c.Close() })
