@@ -2,7 +2,9 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -11,13 +13,14 @@ import (
 
 func runBenchStarts(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "bench starts",
-		"bench starts [--transports http,nats] [--clients 8] [--duration 10s] [--warmup 2s] [--keys 1] [--quiet]")
+		"bench starts [--transports http,nats] [--clients 8] [--duration 10s] [--warmup 2s] [--keys 1] [--cpuprofile FILE] [--quiet]")
 	transports := fs.String("transports", "http,nats", "transports to measure, in order (comma-separated: http, nats)")
 	clients := fs.Int("clients", 8, "concurrent clients, each starting runs in a closed loop")
 	duration := fs.Duration("duration", 10*time.Second, "measured time per transport")
 	warmup := fs.Duration("warmup", 2*time.Second, "unmeasured time before each measurement")
 	keys := fs.Int("keys", 1, "fairness keys the starts are spread over")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (clients and gateway) to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -45,6 +48,17 @@ func runBenchStarts(ctx context.Context, e env, args []string) error {
 	cfg.ServerURL = os.Getenv("HARVEST_DATABASE_URL")
 	if cfg.ServerURL == "" {
 		cfg.ServerURL = defaultBenchURL
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	_, err := startbench.Run(ctx, cfg)
 	return err

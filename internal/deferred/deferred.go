@@ -26,6 +26,7 @@ func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
 var (
 	sqlTenantRunningLock    = mustSQL("TenantRunningLock")
 	sqlTenantRunningHold    = mustSQL("TenantRunningHold")
+	sqlTenantRunningTotal   = mustSQL("TenantRunningTotal")
 	sqlTenantRunningRelease = mustSQL("TenantRunningRelease")
 	sqlStartHashes          = mustSQL("StartHashes")
 	sqlThrottleLock         = mustSQL("ThrottleLock")
@@ -239,8 +240,12 @@ func (a *acceptor) admit(ctx context.Context, running int) error {
 	if a.p.Admitter == nil {
 		return nil
 	}
-	return a.p.Admitter.Admit(ctx, a.tx, runstore.Admission{
-		Shard: a.p.Shard, Tenant: a.p.Tenant, Running: running, Req: &a.p.Req,
+	var total int64
+	if err := a.tx.QueryRow(ctx, sqlTenantRunningTotal).Scan(&total); err != nil {
+		return fmt.Errorf("deferred: read the shard's running count: %w", err)
+	}
+	return a.p.Admitter.Admit(ctx, runstore.Admission{
+		Shard: a.p.Shard, Tenant: a.p.Tenant, Running: running, ShardRunning: int(total), Req: &a.p.Req,
 	})
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -459,7 +458,7 @@ func TestCancelledWhileWaiting(t *testing.T) {
 // limitAdmitter admits a tenant up to limit unfinished runs.
 type limitAdmitter struct{ limit int }
 
-func (l limitAdmitter) Admit(_ context.Context, _ pgx.Tx, a runstore.Admission) error {
+func (l limitAdmitter) Admit(_ context.Context, a runstore.Admission) error {
 	if a.Running > l.limit {
 		e := api.NewError(api.CodeOverLimit, "over the limit of %d", l.limit)
 		e.RetryAfterMS = 1000

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
@@ -133,7 +132,7 @@ func (a *admission) close() {
 // number of tenants is unbounded.
 type admitHook struct{ a *admission }
 
-func (h admitHook) Admit(ctx context.Context, tx pgx.Tx, in runstore.Admission) error {
+func (h admitHook) Admit(ctx context.Context, in runstore.Admission) error {
 	count := func(outcome string) {
 		h.a.decisions.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
 	}
@@ -141,7 +140,7 @@ func (h admitHook) Admit(ctx context.Context, tx pgx.Tx, in runstore.Admission) 
 		count(admitNotLoaded)
 		return api.NewError(api.CodeUnavailable, "admission: the configuration could not be read from shard 0 yet; try again shortly")
 	}
-	d, err := h.a.adm.CheckWritten(ctx, tx, in)
+	d, err := h.a.adm.Check(in)
 	if err != nil {
 		count(admitError)
 		return err

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/sourcegraph/conc/pool"
 	"github.com/stretchr/testify/require"
@@ -429,7 +428,7 @@ func TestAuthorizerHook(t *testing.T) {
 
 type refuseOver struct{ limit int }
 
-func (r refuseOver) Admit(ctx context.Context, tx pgx.Tx, a Admission) error {
+func (r refuseOver) Admit(_ context.Context, a Admission) error {
 	if a.Running > r.limit {
 		return &api.Error{Status: 429, Code: api.CodeOverLimit, Message: "over the limit", RetryAfterMS: 100}
 	}

@@ -5,15 +5,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sourcegraph/conc"
 
 	"github.com/harvest-run/harvest/pkg/api"
@@ -49,18 +52,23 @@ type Admission struct {
 	// commits, so concurrent starts of the tenant on any gateway queue
 	// behind it and the count is exact.
 	Running int
+	// ShardRunning is the shard's count of unfinished runs over all
+	// tenants, including this run, as the start's statement read it.
+	ShardRunning int
 	// Req is the validated start request.
 	Req *api.StartRequest
 }
 
-// Admitter decides whether a new run may stay. It is called inside the
-// start's transaction, under the start's own savepoint, after the run, its
-// task and its count were written and only for new runs (a replay is never
-// refused). Returning an error rolls this start back alone; an *api.Error
-// (such as over_limit 429) reaches the caller as it is. Admit may run its
-// own statements on tx.
+// Admitter decides whether a new run may stay. It is asked inside the
+// start's transaction, after the run, its task and its count were written,
+// and only about new runs (a replay is never refused). It decides from the
+// Admission alone: the committer asks it between two round trips while the
+// group holds its locks, so it must be quick and must not touch the
+// database. Returning an error rolls this start back alone; an *api.Error
+// (such as over_limit 429) reaches the caller as it is, any other error
+// fails the whole group.
 type Admitter interface {
-	Admit(ctx context.Context, tx pgx.Tx, a Admission) error
+	Admit(ctx context.Context, a Admission) error
 }
 
 // Committed is one start of a committed group, as AfterCommit sees it.
@@ -84,8 +92,6 @@ type CommitterOptions struct {
 	// Timeout bounds one group's transaction.
 	Timeout time.Duration
 	// Admitter, when set, is asked about every new run (see Admitter).
-	// Without one, a group's starts are sent to the database in one
-	// pipelined round trip; with one, one start at a time.
 	Admitter Admitter
 	// AfterCommit, when set, is called with the new runs of every group
 	// that committed, after their callers were answered. It runs on the
@@ -99,12 +105,23 @@ type CommitterOptions struct {
 // one that fails is rolled back alone and the others commit; every caller
 // is answered once its group has committed. A shard that can commit about
 // one transaction per disk flush thus takes many starts per flush.
+//
+// A group takes two round trips when nothing is refused: one pipeline
+// opens the transaction, locks the group's tenant counts and writes every
+// start under its own savepoint; the second commits. The admission
+// decisions are made in between, from what the starts returned. A refused
+// or failed start is rolled back to its savepoint, which also undoes the
+// starts sent after it; those are sent again.
 type Committer struct {
-	db    Beginner
+	db    *pgxpool.Pool
 	shard int
 	opts  CommitterOptions
-	queue chan *pending
-	wg    conc.WaitGroup
+	// queues holds one queue per flusher. A tenant's starts always go to
+	// the same flusher: its groups lock the tenant's count row, so two
+	// flushers writing the same tenant would only wait for each other
+	// with two small groups instead of committing one larger one.
+	queues []chan *pending
+	wg     conc.WaitGroup
 
 	mu     sync.RWMutex
 	closed bool
@@ -123,7 +140,7 @@ type pending struct {
 
 // NewCommitter starts the flushers of a committer for the shard behind
 // db. Close stops them.
-func NewCommitter(db Beginner, shard int, opts CommitterOptions) *Committer {
+func NewCommitter(db *pgxpool.Pool, shard int, opts CommitterOptions) *Committer {
 	if opts.MaxBatch <= 0 {
 		opts.MaxBatch = DefaultMaxBatch
 	}
@@ -133,9 +150,11 @@ func NewCommitter(db Beginner, shard int, opts CommitterOptions) *Committer {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultCommitTimeout
 	}
-	c := &Committer{db: db, shard: shard, opts: opts, queue: make(chan *pending, 4*opts.MaxBatch*opts.Flushers)}
+	c := &Committer{db: db, shard: shard, opts: opts}
 	for range opts.Flushers {
-		c.wg.Go(c.flushLoop)
+		q := make(chan *pending, 4*opts.MaxBatch)
+		c.queues = append(c.queues, q)
+		c.wg.Go(func() { c.flushLoop(q) })
 	}
 	return c
 }
@@ -146,7 +165,9 @@ func (c *Committer) Close() {
 	c.mu.Lock()
 	if !c.closed {
 		c.closed = true
-		close(c.queue)
+		for _, q := range c.queues {
+			close(q)
+		}
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
@@ -185,7 +206,7 @@ func (c *Committer) StartMany(ctx context.Context, ps []StartParams) []Outcome {
 			close(it.done)
 		default:
 			select {
-			case c.queue <- it:
+			case c.queueOf(it.p.Tenant) <- it:
 			case <-ctx.Done():
 				it.err = ctx.Err()
 				close(it.done)
@@ -204,20 +225,30 @@ func (c *Committer) StartMany(ctx context.Context, ps []StartParams) []Outcome {
 	return out
 }
 
-func (c *Committer) flushLoop() {
-	for first := range c.queue {
+// queueOf is the queue of the flusher that writes the tenant's starts.
+func (c *Committer) queueOf(tenant string) chan *pending {
+	if len(c.queues) == 1 {
+		return c.queues[0]
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(tenant))
+	return c.queues[h.Sum32()%uint32(len(c.queues))]
+}
+
+func (c *Committer) flushLoop(queue chan *pending) {
+	for first := range queue {
 		batch := []*pending{first}
-		batch = c.gather(batch)
+		batch = c.gather(queue, batch)
 		c.flush(batch)
 	}
 }
 
 // gather adds what is already queued, up to MaxBatch, lingering if asked.
-func (c *Committer) gather(batch []*pending) []*pending {
+func (c *Committer) gather(queue chan *pending, batch []*pending) []*pending {
 	var linger <-chan time.Time
 	for len(batch) < c.opts.MaxBatch {
 		select {
-		case it, ok := <-c.queue:
+		case it, ok := <-queue:
 			if !ok {
 				return batch
 			}
@@ -234,7 +265,7 @@ func (c *Committer) gather(batch []*pending) []*pending {
 			linger = t.C
 		}
 		select {
-		case it, ok := <-c.queue:
+		case it, ok := <-queue:
 			if !ok {
 				return batch
 			}
@@ -275,63 +306,212 @@ func (c *Committer) flush(items []*pending) {
 
 // runTx writes the group in one transaction. An error means nothing
 // committed; per-start failures are left in the items.
-func (c *Committer) runTx(ctx context.Context, items []*pending) error {
-	tx, err := c.db.Begin(ctx)
+func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
+	conn, err := c.db.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("runstore: begin: %w", err)
+		return fmt.Errorf("runstore: acquire connection: %w", err)
 	}
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
-	if _, err := tx.Exec(ctx, sqlTenantRunningLock, groupTenants(items)); err != nil {
-		return fmt.Errorf("runstore: lock running counts: %w", err)
-	}
-	rest := slices.Clone(items)
-	// Key summaries are locked in (queue, key) order, see TenantRunningLock.
-	slices.SortFunc(rest, func(a, b *pending) int {
-		return cmp.Or(cmp.Compare(a.p.Req.Queue, b.p.Req.Queue), cmp.Compare(a.key, b.key), cmp.Compare(a.p.Req.ID, b.p.Req.ID))
-	})
-	for len(rest) > 0 {
-		n := len(rest)
-		if c.opts.Admitter != nil {
-			n = 1
+	// A connection given back inside a transaction is closed by the pool,
+	// so a failed rollback leaves nothing behind.
+	defer conn.Release()
+	begun := false
+	defer func() {
+		if err != nil && begun {
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, _ = conn.Exec(rctx, "ROLLBACK")
 		}
-		window := rest[:n]
-		rest = rest[n:]
-		failed, err := c.sendWindow(ctx, tx, window)
+	}()
+	sorted := slices.Clone(items)
+	// Key summaries are locked in (queue, key) order, see TenantRunningLock.
+	slices.SortFunc(sorted, func(a, b *pending) int {
+		return cmp.Or(cmp.Compare(a.p.Req.Queue, b.p.Req.Queue), cmp.Compare(a.key, b.key),
+			cmp.Compare(a.p.Tenant, b.p.Tenant), cmp.Compare(a.p.Req.ID, b.p.Req.ID))
+	})
+	// The statement writes each (tenant, id) once; a second start of the
+	// same id in the group is answered like a replay of the first.
+	bulk := slices.CompactFunc(slices.Clone(sorted), func(a, b *pending) bool {
+		return a.p.Tenant == b.p.Tenant && a.p.Req.ID == b.p.Req.ID
+	})
+	tenants := groupTenants(items)
+	for len(bulk) > 0 {
+		stmtErr, err := c.sendBulk(ctx, conn.Conn(), !begun, tenants, bulk)
+		begun = true
 		if err != nil {
 			return err
 		}
-		if failed >= 0 {
-			// The failed start's statement aborted the transaction and the
-			// server skipped the rest of the window: undo that start alone
-			// and send the others again.
-			if retryable(window[failed].err) {
-				return window[failed].err
+		if stmtErr != nil {
+			if retryable(stmtErr) || !isStatementError(stmtErr) {
+				return stmtErr
 			}
-			if err := rollbackTo(ctx, tx); err != nil {
+			// One start broke the statement and the error does not say
+			// which: write them one by one to find it.
+			if _, err := conn.Exec(ctx, "ROLLBACK TO SAVEPOINT harvest_group"); err != nil {
+				return fmt.Errorf("runstore: roll back to savepoint: %w", err)
+			}
+			resetAll(bulk)
+			if err := c.writeEach(ctx, conn.Conn(), bulk); err != nil {
 				return err
 			}
-			rest = append(window[failed+1:len(window):len(window)], rest...)
-			continue
+			break
 		}
-		if c.opts.Admitter != nil {
-			if err := c.admit(ctx, tx, window[0]); err != nil {
-				return err
-			}
+		refused, err := c.decide(ctx, bulk)
+		if err != nil {
+			return err
 		}
+		if refused == 0 {
+			break
+		}
+		// Write the group again without the refused starts. The counts the
+		// others get then are those decide already judged them by.
+		if _, err := conn.Exec(ctx, "ROLLBACK TO SAVEPOINT harvest_group"); err != nil {
+			return fmt.Errorf("runstore: roll back to savepoint: %w", err)
+		}
+		bulk = slices.DeleteFunc(bulk, func(it *pending) bool { return it.err != nil })
+		resetAll(bulk)
 	}
-	for _, it := range items {
+	for _, it := range sorted {
 		if it.err == nil && !it.found {
-			it.res, it.err = replay(ctx, tx, &it.p, it.hash)
+			it.res, it.err = replay(ctx, conn, &it.p, it.hash)
 			if it.err != nil && !errors.Is(it.err, ErrConflict) {
 				return it.err
 			}
 		}
 	}
-	if err := tx.Commit(ctx); err != nil {
+	tag, err := conn.Exec(ctx, "COMMIT")
+	if err != nil {
 		return fmt.Errorf("runstore: commit starts: %w", err)
+	}
+	begun = false
+	if tag.String() != "COMMIT" {
+		return errors.New("runstore: commit starts: the transaction was rolled back")
 	}
 	return nil
 }
+
+func resetAll(items []*pending) {
+	for _, it := range items {
+		it.res, it.found, it.err = StartResult{}, false, nil
+	}
+}
+
+// sendBulk writes starts with RunStartMany under the savepoint
+// harvest_group, in one round trip together with the statements that open
+// the transaction when opening is set. A failure of the statement itself
+// comes back as stmtErr, with the transaction waiting to be rolled back to
+// the savepoint; err is any other failure.
+func (c *Committer) sendBulk(ctx context.Context, conn *pgx.Conn, opening bool, tenants []string, starts []*pending) (stmtErr, err error) {
+	b := &pgx.Batch{}
+	if opening {
+		b.Queue("BEGIN")
+		b.Queue(sqlTenantRunningLock, tenants)
+	}
+	b.Queue("SAVEPOINT harvest_group")
+	b.Queue(sqlRunStartMany, manyArgs(starts)...)
+	br := conn.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); cerr != nil && err == nil && stmtErr == nil {
+			err = fmt.Errorf("runstore: start group: %w", cerr)
+		}
+	}()
+	if opening {
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("runstore: begin: %w", err)
+		}
+		if _, err := br.Exec(); err != nil {
+			return nil, fmt.Errorf("runstore: lock running counts: %w", err)
+		}
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("runstore: savepoint: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err, nil
+	}
+	defer rows.Close()
+	var got []startedRow
+	for rows.Next() {
+		r, err := scanStartedMany(rows, c.shard)
+		if err != nil {
+			return nil, err
+		}
+		got = append(got, r)
+	}
+	if err := rows.Err(); err != nil {
+		return err, nil
+	}
+	return nil, settleStarted(got, starts)
+}
+
+// decide asks the Admitter about the new runs of a written group, in the
+// order they were written. A refused start is marked with its error; the
+// starts after it are judged by the counts they will have once it is
+// rolled back, as if the starts had run one after the other. It returns
+// how many were refused.
+func (c *Committer) decide(ctx context.Context, starts []*pending) (int, error) {
+	if c.opts.Admitter == nil {
+		return 0, nil
+	}
+	refused := 0
+	byTenant := map[string]int{}
+	for _, it := range starts {
+		if !it.found || it.err != nil {
+			continue
+		}
+		err := c.opts.Admitter.Admit(ctx, Admission{
+			Shard: c.shard, Tenant: it.p.Tenant, Req: &it.p.Req,
+			Running:      it.res.Running - byTenant[it.p.Tenant],
+			ShardRunning: it.res.ShardRunning - refused,
+		})
+		if err == nil {
+			continue
+		}
+		if !isAPIError(err) {
+			// Not a decision but a failure: the group fails and may be
+			// retried.
+			return 0, err
+		}
+		it.res, it.err = StartResult{}, err
+		byTenant[it.p.Tenant]++
+		refused++
+	}
+	return refused, nil
+}
+
+// writeEach writes the starts one by one, each under a savepoint of its
+// own, pipelined in windows: a start that fails is rolled back alone and
+// the starts after it are sent again.
+func (c *Committer) writeEach(ctx context.Context, conn *pgx.Conn, starts []*pending) error {
+	rest := starts
+	for len(rest) > 0 {
+		cut, err := c.sendWindow(ctx, conn, rest)
+		if err != nil {
+			return err
+		}
+		if cut < 0 {
+			return nil
+		}
+		// The start at cut failed or was refused: undo it, and with it the
+		// starts sent after it (the server skipped them after a failure,
+		// and their counts included it after a refusal), then send those
+		// again.
+		if retryable(rest[cut].err) || !isStatementError(rest[cut].err) {
+			return rest[cut].err
+		}
+		if _, err := conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint(cut)); err != nil {
+			return fmt.Errorf("runstore: roll back to savepoint: %w", err)
+		}
+		rest = rest[cut+1:]
+		resetAll(rest)
+	}
+	return nil
+}
+
+// savepoint names the savepoint of the i-th start of a window. Names are
+// reused from window to window: a newer savepoint hides an older one of the
+// same name, which is the one a rollback must reach.
+func savepoint(i int) string { return "harvest_start_" + strconv.Itoa(i) }
 
 // groupTenants lists the distinct tenants of a group, sorted.
 func groupTenants(items []*pending) []string {
@@ -343,21 +523,18 @@ func groupTenants(items []*pending) []string {
 	return slices.Compact(ts)
 }
 
-// sendWindow pipelines the starts of window, each under a savepoint, in
-// one round trip. It returns the index of the first start whose statement
-// failed (its error is in the item), or -1.
-func (c *Committer) sendWindow(ctx context.Context, tx pgx.Tx, window []*pending) (int, error) {
-	release := c.opts.Admitter == nil
+// sendWindow writes the starts of window, each under a savepoint of its
+// own, in one pipelined round trip, and asks the Admitter about the new
+// runs in order. It returns the index of the first start that failed or
+// was refused (its error is in the item), or -1 when all of them stand.
+func (c *Committer) sendWindow(ctx context.Context, conn *pgx.Conn, window []*pending) (int, error) {
 	b := &pgx.Batch{}
-	for _, it := range window {
-		b.Queue("SAVEPOINT harvest_start")
+	for i, it := range window {
+		b.Queue("SAVEPOINT " + savepoint(i))
 		b.Queue(sqlRunStart, it.args...)
-		if release {
-			b.Queue("RELEASE SAVEPOINT harvest_start")
-		}
 	}
-	br := tx.SendBatch(ctx, b)
-	failed := -1
+	br := conn.SendBatch(ctx, b)
+	cut := -1
 	for i, it := range window {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
@@ -365,52 +542,40 @@ func (c *Committer) sendWindow(ctx context.Context, tx pgx.Tx, window []*pending
 		}
 		it.res, it.found, it.err = scanStarted(br.QueryRow(), c.shard)
 		if it.err != nil {
-			failed = i
+			cut = i
 			break
 		}
-		if release {
-			if _, err := br.Exec(); err != nil {
-				_ = br.Close()
-				return -1, fmt.Errorf("runstore: release savepoint: %w", err)
-			}
-		}
 	}
-	if err := br.Close(); err != nil && failed < 0 {
+	if err := br.Close(); err != nil && cut < 0 {
 		return -1, fmt.Errorf("runstore: start batch: %w", err)
 	}
-	return failed, nil
-}
-
-// admit asks the Admitter about a new run and rolls it back when refused.
-func (c *Committer) admit(ctx context.Context, tx pgx.Tx, it *pending) error {
-	if it.found && it.res.Created {
-		err := c.opts.Admitter.Admit(ctx, tx, Admission{
-			Shard: c.shard, Tenant: it.p.Tenant, Running: it.res.Running, Req: &it.p.Req,
-		})
-		if err != nil {
-			if !isAPIError(err) {
-				// Not a decision but a failure (of the admitter's own
-				// statements, say): the group fails and may be retried.
-				return err
-			}
-			it.res, it.found, it.err = StartResult{}, true, err
-			return rollbackTo(ctx, tx)
+	if cut >= 0 || c.opts.Admitter == nil {
+		return cut, nil
+	}
+	for i, it := range window {
+		if !it.found {
+			continue
 		}
+		err := c.opts.Admitter.Admit(ctx, Admission{
+			Shard: c.shard, Tenant: it.p.Tenant, Running: it.res.Running, ShardRunning: it.res.ShardRunning, Req: &it.p.Req,
+		})
+		if err == nil {
+			continue
+		}
+		if !isAPIError(err) {
+			return -1, err
+		}
+		it.res, it.found, it.err = StartResult{}, true, err
+		return i, nil
 	}
-	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT harvest_start"); err != nil {
-		return fmt.Errorf("runstore: release savepoint: %w", err)
-	}
-	return nil
+	return -1, nil
 }
 
-func rollbackTo(ctx context.Context, tx pgx.Tx) error {
-	if _, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT harvest_start"); err != nil {
-		return fmt.Errorf("runstore: roll back to savepoint: %w", err)
-	}
-	if _, err := tx.Exec(ctx, "RELEASE SAVEPOINT harvest_start"); err != nil {
-		return fmt.Errorf("runstore: release savepoint: %w", err)
-	}
-	return nil
+// isStatementError reports a start refused by the server or the Admitter,
+// as opposed to a connection that failed under it.
+func isStatementError(err error) bool {
+	var pe *pgconn.PgError
+	return isAPIError(err) || errors.As(err, &pe)
 }
 
 func isAPIError(err error) bool {

@@ -2,12 +2,14 @@ package runstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,6 +27,7 @@ func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
 
 var (
 	sqlRunStart        = mustSQL("RunStart")
+	sqlRunStartMany    = mustSQL("RunStartMany")
 	sqlRunGet          = mustSQL("RunGet")
 	sqlRunList         = mustSQL("RunList")
 	sqlRunLock         = mustSQL("RunLock")
@@ -71,6 +74,9 @@ type StartResult struct {
 	// Running is the tenant's count of unfinished runs on this shard after
 	// the start (zero on a replay).
 	Running int
+	// ShardRunning is the shard's count of unfinished runs over all
+	// tenants after the start (zero on a replay).
+	ShardRunning int
 }
 
 // Start writes a new run with its first task and counts it for its tenant,
@@ -154,6 +160,102 @@ func startArgs(p *StartParams) ([]any, []byte, error) {
 	return args, hash, nil
 }
 
+// manyArgs builds the arrays of RunStartMany from starts whose args
+// startArgs built, in the same column order.
+func manyArgs(starts []*pending) []any {
+	n := len(starts)
+	var (
+		tenants, ids, names, queues, keys, quotas = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		priorities, maxAttempts                   = make([]int32, n), make([]int32, n)
+		inputs, traces                            = make([]*string, n), make([]*string, n)
+		hashes                                    = make([][]byte, n)
+		timeouts                                  = make([]*int64, n)
+		runAts                                    = make([]*time.Time, n)
+		delays                                    = make([]int64, n)
+	)
+	for i, it := range starts {
+		a := it.args
+		tenants[i], ids[i], names[i], queues[i], keys[i], quotas[i] =
+			a[0].(string), a[1].(string), a[2].(string), a[3].(string), a[4].(string), a[5].(string)
+		priorities[i], hashes[i], maxAttempts[i] = int32(a[6].(int)), a[8].([]byte), int32(a[9].(int))
+		if v, ok := a[7].(string); ok {
+			inputs[i] = &v
+		}
+		timeouts[i] = a[10].(*int64)
+		if v, ok := a[11].(time.Time); ok {
+			runAts[i] = &v
+		}
+		delays[i] = a[12].(int64)
+		if v, ok := a[13].(string); ok {
+			traces[i] = &v
+		}
+	}
+	return []any{tenants, ids, names, queues, keys, quotas, priorities, inputs, hashes, maxAttempts,
+		timeouts, runAts, delays, traces}
+}
+
+// startedRow is one row of RunStartMany.
+type startedRow struct {
+	ord         int
+	res         StartResult
+	due         bool  // the task is pending, not scheduled
+	tenantAfter int   // the tenant's count after the statement
+	shardBefore int64 // the shard's count before the statement
+}
+
+// scanStartedMany reads one row of RunStartMany.
+func scanStartedMany(rows pgx.Rows, shard int) (startedRow, error) {
+	var (
+		r       startedRow
+		pk      int64
+		status  string
+		created time.Time
+		run     = &r.res.Run
+	)
+	err := rows.Scan(&r.ord, &pk, &run.ID, &run.Tenant, &run.Name, &run.Queue, &run.FairnessKey, &run.QuotaKey,
+		&run.Priority, &status, &run.Attempts, &created, &r.res.TaskID, &r.due, &r.res.QueueBusy,
+		&r.tenantAfter, &r.shardBefore)
+	if err != nil {
+		return startedRow{}, fmt.Errorf("runstore: start group: %w", err)
+	}
+	run.Shard = shard
+	run.Status = api.Status(status)
+	run.CreatedAt = api.Time{Time: created}
+	r.res.Created = true
+	return r, nil
+}
+
+// settleStarted hands the rows of RunStartMany to their starts (ord, from
+// 1, indexes starts) with the counts and the queue state each start would
+// have seen had the starts been written one after the other in ord order:
+// the tenant's count and the shard's count including the run and the new
+// runs before it, and a queue made busy by an earlier start due now.
+func settleStarted(rows []startedRow, starts []*pending) error {
+	slices.SortFunc(rows, func(a, b startedRow) int { return cmp.Compare(a.ord, b.ord) })
+	perTenant := map[string]int{}
+	for _, r := range rows {
+		perTenant[r.res.Run.Tenant]++
+	}
+	seenTenant := map[string]int{}
+	dueQueue := map[string]bool{}
+	for i, r := range rows {
+		if r.ord < 1 || r.ord > len(starts) || (i > 0 && rows[i-1].ord == r.ord) {
+			return fmt.Errorf("runstore: start group: unexpected row %d of %d starts", r.ord, len(starts))
+		}
+		t, q := r.res.Run.Tenant, r.res.Run.Queue
+		seenTenant[t]++
+		r.res.Running = r.tenantAfter - perTenant[t] + seenTenant[t]
+		r.res.ShardRunning = int(r.shardBefore) + i + 1
+		r.res.QueueBusy = r.res.QueueBusy || dueQueue[q]
+		if r.due {
+			dueQueue[q] = true
+		}
+		it := starts[r.ord-1]
+		it.res, it.found = r.res, true
+	}
+	return nil
+}
+
 // scanStarted reads RunStart's row; found is false when the id existed.
 func scanStarted(row pgx.Row, shard int) (StartResult, bool, error) {
 	var (
@@ -164,7 +266,7 @@ func scanStarted(row pgx.Row, shard int) (StartResult, bool, error) {
 		run     = &res.Run
 	)
 	err := row.Scan(&pk, &run.ID, &run.Tenant, &run.Name, &run.Queue, &run.FairnessKey, &run.QuotaKey,
-		&run.Priority, &status, &run.Attempts, &created, &res.TaskID, &res.QueueBusy, &res.Running)
+		&run.Priority, &status, &run.Attempts, &created, &res.TaskID, &res.QueueBusy, &res.Running, &res.ShardRunning)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return StartResult{}, false, nil
 	}

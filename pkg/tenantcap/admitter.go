@@ -78,20 +78,19 @@ func (a *Admitter) Totals() *Totals { return a.totals }
 func (a *Admitter) Home(tenant string) int { return shards.Home(tenant, a.totals.Shards()) }
 
 // Admit implements runstore.Admitter, the gateway's admission hook. The
-// committer calls it inside the start's transaction on the tenant's home
-// shard, under the start's savepoint, after the run, its task and the
-// tenant's count were written (in.Running includes the new run) and only
-// for new runs, so a replay is never refused. The committer locked the
-// tenant's tenant_running row before writing, and holds the lock until the
-// group commits: concurrent starts of the tenant on every gateway queue
-// behind it, so the count is exact and the tenant is admitted exactly up
-// to its limit.
+// committer asks it inside the start's transaction on the tenant's home
+// shard, after the run, its task and the tenant's count were written
+// (in.Running and in.ShardRunning include the new run) and only for new
+// runs, so a replay is never refused. The committer locked the tenant's
+// tenant_running row before writing, and holds the lock until the group
+// commits: concurrent starts of the tenant on every gateway queue behind
+// it, so the count is exact and the tenant is admitted exactly up to its
+// limit.
 //
-// It returns nil to keep the run, an *api.Error 429 (over_limit, with
-// retry_after_ms) to have the committer roll this start back alone, and
-// any other error when the shard could not be read.
-func (a *Admitter) Admit(ctx context.Context, tx pgx.Tx, in runstore.Admission) error {
-	d, err := a.CheckWritten(ctx, tx, in)
+// It returns nil to keep the run, or an *api.Error 429 (over_limit, with
+// retry_after_ms) to have the committer roll this start back alone.
+func (a *Admitter) Admit(_ context.Context, in runstore.Admission) error {
+	d, err := a.Check(in)
 	if err != nil {
 		return err
 	}
@@ -101,18 +100,15 @@ func (a *Admitter) Admit(ctx context.Context, tx pgx.Tx, in runstore.Admission) 
 	return nil
 }
 
-// CheckWritten is Admit returning the whole decision (for metrics and
-// logs) instead of the error a refusal becomes.
-func (a *Admitter) CheckWritten(ctx context.Context, tx pgx.Tx, in runstore.Admission) (Decision, error) {
+// Check is Admit returning the whole decision (for metrics and logs)
+// instead of the error a refusal becomes. It fails only when in.Shard is
+// not a shard of the totals.
+func (a *Admitter) Check(in runstore.Admission) (Decision, error) {
 	if in.Shard < 0 || in.Shard >= a.totals.Shards() {
 		return Decision{}, fmt.Errorf("tenantcap: shard %d out of range (%d shards)", in.Shard, a.totals.Shards())
 	}
-	var local int64
-	if err := tx.QueryRow(ctx, sqlShardTotal).Scan(&local); err != nil {
-		return Decision{}, fmt.Errorf("tenantcap: read running counts: %w", err)
-	}
 	// Both figures include the run being admitted: judge the state before it.
-	return a.decide(in.Shard, in.Tenant, in.Running-1, int(local)-1), nil
+	return a.decide(in.Shard, in.Tenant, in.Running-1, in.ShardRunning-1), nil
 }
 
 // AdmitBefore is the admission check for a start path that asks before it

@@ -11,6 +11,10 @@
 -- it says whether the queue already had pending work (so a dispatch of the
 -- new task would only jump the queue).
 --
+-- shard_running is the shard's count over all tenants including the new
+-- run: the sum is read with the statement's snapshot, before its own
+-- increment, hence the + 1.
+--
 -- $1 tenant, $2 id, $3 name, $4 queue, $5 fairness key, $6 quota key,
 -- $7 priority, $8 input, $9 request hash, $10 max attempts, $11 timeout ms,
 -- $12 run_at, $13 delay in microseconds, $14 trace context.
@@ -35,5 +39,6 @@ WITH run AS (
     RETURNING running
 )
 SELECT run.pk, run.id, run.tenant, run.name, run.queue, run.fairness_key, run.quota_key, run.priority,
-       run.status, run.attempts, run.created_at, task.id, busy.queue_busy, counted.running
+       run.status, run.attempts, run.created_at, task.id, busy.queue_busy, counted.running,
+       (SELECT coalesce(sum(running), 0) FROM tenant_running)::bigint + 1 AS shard_running
 FROM run, task, busy, counted
