@@ -13,12 +13,13 @@ import (
 
 func runBenchStarts(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "bench starts",
-		"bench starts [--transports http,nats] [--clients 8] [--duration 10s] [--warmup 2s] [--keys 1] [--cpuprofile FILE] [--quiet]")
+		"bench starts [--transports http,nats] [--clients 8] [--duration 10s] [--warmup 2s] [--keys 1] [--tenants 1] [--cpuprofile FILE] [--quiet]")
 	transports := fs.String("transports", "http,nats", "transports to measure, in order (comma-separated: http, nats)")
 	clients := fs.Int("clients", 8, "concurrent clients, each starting runs in a closed loop")
 	duration := fs.Duration("duration", 10*time.Second, "measured time per transport")
 	warmup := fs.Duration("warmup", 2*time.Second, "unmeasured time before each measurement")
 	keys := fs.Int("keys", 1, "fairness keys the starts are spread over")
+	tenants := fs.Int("tenants", 1, "tenants the clients are spread over (client i is tenant i mod N)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (clients and gateway) to this file")
 	if err := parseFlags(fs, args); err != nil {
@@ -27,11 +28,14 @@ func runBenchStarts(ctx context.Context, e env, args []string) error {
 	if *clients < 1 {
 		return usageError{"--clients: must be at least 1"}
 	}
+	if *tenants < 1 {
+		return usageError{"--tenants: must be at least 1"}
+	}
 	if *duration <= 0 {
 		return usageError{"--duration: must be positive"}
 	}
 	cfg := startbench.Config{
-		Clients: *clients, Duration: *duration, Warmup: *warmup, Keys: *keys,
+		Clients: *clients, Duration: *duration, Warmup: *warmup, Keys: *keys, Tenants: *tenants,
 		NATSURL: os.Getenv("HARVEST_NATS_URL"), Out: e.stdout, Log: e.stderr,
 	}
 	for _, t := range strings.Split(*transports, ",") {

@@ -127,6 +127,20 @@ func (a *admission) close() {
 	}
 }
 
+// Guard implements runstore.Guarder. Before the configuration is loaded
+// there is no guard: Admit refuses every start then.
+func (h admitHook) Guard(r runstore.GuardRequest) (runstore.Guard, bool) {
+	if !h.a.loaded.Load() {
+		return runstore.Guard{}, false
+	}
+	return h.a.adm.Guard(r)
+}
+
+// Admitted counts the runs a guarded group admitted.
+func (h admitHook) Admitted(n int) {
+	h.a.decisions.Add(context.Background(), int64(n), metric.WithAttributes(attribute.String("outcome", admitAdmitted)))
+}
+
 // admitHook is the runstore.Admitter the committers call: tenantcap's
 // decision plus the decision counter. It carries no tenant label: the
 // number of tenants is unbounded.

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/sourcegraph/conc"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -74,6 +75,10 @@ type Gateway struct {
 	starts   metric.Int64Counter
 	duration metric.Float64Histogram
 	groups   metric.Int64Histogram
+	// outcomeAttrs caches the metric attributes of each (transport,
+	// outcome) pair: building an attribute set per start costs more than
+	// the rest of the bookkeeping.
+	outcomeAttrs sync.Map // outcomeKey -> metric.MeasurementOption
 
 	natsMu   sync.Mutex
 	subs     []*nats.Subscription
@@ -188,6 +193,19 @@ func (g *Gateway) closePools() {
 	for _, p := range g.shards {
 		p.Close()
 	}
+}
+
+type outcomeKey struct{ transport, outcome string }
+
+// outcomeOption returns the attributes of a start's metrics.
+func (g *Gateway) outcomeOption(transport, outcome string) metric.MeasurementOption {
+	k := outcomeKey{transport, outcome}
+	if o, ok := g.outcomeAttrs.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := metric.WithAttributeSet(attribute.NewSet(attribute.String("transport", transport), attribute.String("outcome", outcome)))
+	g.outcomeAttrs.Store(k, o)
+	return o
 }
 
 func (g *Gateway) initMetrics() error {

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 
 	"github.com/harvest-run/harvest/internal/deferred"
 	"github.com/harvest-run/harvest/internal/runstore"
@@ -118,5 +116,5 @@ func (g *Gateway) cancelRun(ctx context.Context, tenant, id, reason string) (api
 // countRefused counts a start refused before it reached the start path
 // (unreadable body, too large, bad subject).
 func (g *Gateway) countRefused(ctx context.Context, transport string, e *api.Error) {
-	g.starts.Add(ctx, 1, metric.WithAttributes(attribute.String("transport", transport), attribute.String("outcome", string(e.Code))))
+	g.starts.Add(ctx, 1, g.outcomeOption(transport, string(e.Code)))
 }

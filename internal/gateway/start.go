@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/harvest-run/harvest/internal/deferred"
@@ -195,7 +194,7 @@ func (g *Gateway) startMany(ctx context.Context, c caller, reqs []api.StartReque
 		}
 		span.SetAttributes(attribute.String("harvest.outcome", outcome))
 		span.End()
-		attrs := metric.WithAttributes(attribute.String("transport", c.transport), attribute.String("outcome", outcome))
+		attrs := g.outcomeOption(c.transport, outcome)
 		g.starts.Add(ctx, 1, attrs)
 		g.duration.Record(ctx, elapsed, attrs)
 	}

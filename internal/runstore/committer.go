@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -71,6 +72,42 @@ type Admitter interface {
 	Admit(ctx context.Context, a Admission) error
 }
 
+// Guard bounds the counts up to which an Admitter admits every new run of
+// a group without being asked about each one. A group written under a
+// guard commits in the same round trip as it is written, provided that
+// afterwards the shard holds at most Shard unfinished runs and each tenant
+// listed in Tenant at most its figure (a tenant not listed is not bounded);
+// otherwise it is written again and each new run is asked about.
+type Guard struct {
+	Shard  int
+	Tenant map[string]int
+}
+
+// GuardRequest describes a group about to be written.
+type GuardRequest struct {
+	Shard int
+	// Tenants are the group's tenants; Starts is the most new runs it adds.
+	Tenants []string
+	Starts  int
+	// ShardRunning is the shard's count of unfinished runs after the
+	// committer's last group (-1 before its first): a recent lower bound
+	// of what the group will find, as other gateways write too.
+	ShardRunning int
+}
+
+// Guarder is an Admitter that can promise a Guard for a group before it is
+// written: every start the Guard lets through must be one Admit would have
+// admitted, with the counts it would have been asked with.
+type Guarder interface {
+	Admitter
+	// Guard returns the guard for a group, or false to have every new run
+	// asked about.
+	Guard(GuardRequest) (Guard, bool)
+	// Admitted reports the new runs a guarded group committed: they were
+	// admitted without a call to Admit.
+	Admitted(n int)
+}
+
 // Committed is one start of a committed group, as AfterCommit sees it.
 type Committed struct {
 	Params StartParams
@@ -125,6 +162,8 @@ type Committer struct {
 
 	mu     sync.RWMutex
 	closed bool
+	// lastShard is the shard's count after the last group (-1: none yet).
+	lastShard atomic.Int64
 }
 
 type pending struct {
@@ -151,6 +190,7 @@ func NewCommitter(db *pgxpool.Pool, shard int, opts CommitterOptions) *Committer
 		opts.Timeout = DefaultCommitTimeout
 	}
 	c := &Committer{db: db, shard: shard, opts: opts}
+	c.lastShard.Store(-1)
 	for range opts.Flushers {
 		q := make(chan *pending, 4*opts.MaxBatch)
 		c.queues = append(c.queues, q)
@@ -334,22 +374,46 @@ func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
 		return a.p.Tenant == b.p.Tenant && a.p.Req.ID == b.p.Req.ID
 	})
 	tenants := groupTenants(items)
+	if guard := c.guardFor(tenants, len(bulk)); guard != nil {
+		done, err := c.writeGuarded(ctx, conn.Conn(), tenants, *guard, bulk)
+		if err != nil {
+			return err
+		}
+		if done {
+			if g, ok := c.opts.Admitter.(Guarder); ok {
+				g.Admitted(countNew(bulk))
+			}
+			// Starts whose id existed are answered from the stored run.
+			for _, it := range sorted {
+				if it.err == nil && !it.found {
+					it.res, it.err = replay(ctx, conn, &it.p, it.hash)
+					if it.err != nil && !errors.Is(it.err, ErrConflict) {
+						return it.err
+					}
+				}
+			}
+			return nil
+		}
+		// Past the guard, or a start broke the statement: nothing was
+		// written; do it again in a transaction that judges each start.
+		resetAll(bulk)
+	}
 	for len(bulk) > 0 {
-		stmtErr, err := c.sendBulk(ctx, conn.Conn(), !begun, tenants, bulk)
+		w, err := c.sendBulk(ctx, conn.Conn(), bulkSend{opening: !begun, tenants: tenants, starts: bulk})
 		begun = true
 		if err != nil {
 			return err
 		}
-		if stmtErr != nil {
-			if retryable(stmtErr) || !isStatementError(stmtErr) {
-				return stmtErr
+		if w.stmtErr != nil {
+			if retryable(w.stmtErr) || !isStatementError(w.stmtErr) {
+				return w.stmtErr
 			}
-			// One start broke the statement and the error does not say
-			// which: write them one by one to find it.
 			if _, err := conn.Exec(ctx, "ROLLBACK TO SAVEPOINT harvest_group"); err != nil {
 				return fmt.Errorf("runstore: roll back to savepoint: %w", err)
 			}
 			resetAll(bulk)
+			// One start broke the statement and the error does not say
+			// which: write them one by one to find it.
 			if err := c.writeEach(ctx, conn.Conn(), bulk); err != nil {
 				return err
 			}
@@ -370,6 +434,7 @@ func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
 		bulk = slices.DeleteFunc(bulk, func(it *pending) bool { return it.err != nil })
 		resetAll(bulk)
 	}
+	// Starts whose id existed are answered from the stored run.
 	for _, it := range sorted {
 		if it.err == nil && !it.found {
 			it.res, it.err = replay(ctx, conn, &it.p, it.hash)
@@ -389,59 +454,160 @@ func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
 	return nil
 }
 
+// guardFor returns the guard a group is written under: none (nil) when
+// every new run must be asked about, an empty one when there is no
+// Admitter to ask.
+func (c *Committer) guardFor(tenants []string, n int) *Guard {
+	switch a := c.opts.Admitter.(type) {
+	case nil:
+		return &Guard{Shard: -1}
+	case Guarder:
+		if g, ok := a.Guard(GuardRequest{Shard: c.shard, Tenants: tenants, Starts: n, ShardRunning: int(c.lastShard.Load())}); ok {
+			return &g
+		}
+	}
+	return nil
+}
+
+func countNew(starts []*pending) int {
+	n := 0
+	for _, it := range starts {
+		if it.found && it.err == nil {
+			n++
+		}
+	}
+	return n
+}
+
 func resetAll(items []*pending) {
 	for _, it := range items {
 		it.res, it.found, it.err = StartResult{}, false, nil
 	}
 }
 
+// bulkSend is one round trip of a group's writes in a transaction.
+type bulkSend struct {
+	// opening sends BEGIN and the count locks first.
+	opening bool
+	tenants []string
+	starts  []*pending
+}
+
+// bulkWritten is what a bulkSend did.
+type bulkWritten struct {
+	// stmtErr is the statement's own failure; the transaction then waits
+	// to be rolled back to the savepoint harvest_group.
+	stmtErr error
+}
+
 // sendBulk writes starts with RunStartMany under the savepoint
-// harvest_group, in one round trip together with the statements that open
-// the transaction when opening is set. A failure of the statement itself
-// comes back as stmtErr, with the transaction waiting to be rolled back to
-// the savepoint; err is any other failure.
-func (c *Committer) sendBulk(ctx context.Context, conn *pgx.Conn, opening bool, tenants []string, starts []*pending) (stmtErr, err error) {
+// harvest_group, in one round trip with the statements that open the
+// transaction when asked. err is a failure other than the statement's own.
+func (c *Committer) sendBulk(ctx context.Context, conn *pgx.Conn, s bulkSend) (w bulkWritten, err error) {
 	b := &pgx.Batch{}
-	if opening {
+	if s.opening {
 		b.Queue("BEGIN")
-		b.Queue(sqlTenantRunningLock, tenants)
+		b.Queue(sqlTenantRunningLock, s.tenants)
 	}
 	b.Queue("SAVEPOINT harvest_group")
-	b.Queue(sqlRunStartMany, manyArgs(starts)...)
+	b.Queue(sqlRunStartMany, append(manyArgs(s.starts), guardArgs(nil)...)...)
 	br := conn.SendBatch(ctx, b)
 	defer func() {
-		if cerr := br.Close(); cerr != nil && err == nil && stmtErr == nil {
+		if cerr := br.Close(); cerr != nil && err == nil && w.stmtErr == nil {
 			err = fmt.Errorf("runstore: start group: %w", cerr)
 		}
 	}()
-	if opening {
+	if s.opening {
 		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("runstore: begin: %w", err)
+			return w, fmt.Errorf("runstore: begin: %w", err)
 		}
 		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("runstore: lock running counts: %w", err)
+			return w, fmt.Errorf("runstore: lock running counts: %w", err)
 		}
 	}
 	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("runstore: savepoint: %w", err)
+		return w, fmt.Errorf("runstore: savepoint: %w", err)
 	}
+	got, err := readStarted(br)
+	if err != nil {
+		w.stmtErr = err
+		return w, nil
+	}
+	return w, c.settle(got, s.starts)
+}
+
+// writeGuarded writes a group under a guard in one round trip and one
+// implicit transaction (a pipeline up to its Sync commits as a whole):
+// the count locks, then the starts. done reports that it committed. When
+// the guard stopped the group, or a start broke the statement, nothing
+// was written and done is false: the caller writes the group again in a
+// transaction that judges each start. err is any other failure.
+func (c *Committer) writeGuarded(ctx context.Context, conn *pgx.Conn, tenants []string, g Guard, starts []*pending) (done bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue(sqlTenantRunningLock, tenants)
+	b.Queue(sqlRunStartMany, append(manyArgs(starts), guardArgs(&g)...)...)
+	br := conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return false, fmt.Errorf("runstore: lock running counts: %w", err)
+	}
+	got, stmtErr := readStarted(br)
+	// Close reads the end of the pipeline, where the commit happens.
+	cerr := br.Close()
+	if stmtErr == nil {
+		stmtErr = cerr
+	}
+	if stmtErr != nil {
+		if retryable(stmtErr) || !isStatementError(stmtErr) {
+			return false, fmt.Errorf("runstore: start group: %w", stmtErr)
+		}
+		return false, nil
+	}
+	return true, c.settle(got, starts)
+}
+
+// settle hands a statement's rows to their starts and remembers the
+// shard's count for the next guard.
+func (c *Committer) settle(got []startedRow, starts []*pending) error {
+	if err := settleStarted(got, starts, c.shard); err != nil {
+		return err
+	}
+	if len(got) > 0 {
+		c.lastShard.Store(int64(got[0].shardBefore + len(got)))
+	}
+	return nil
+}
+
+// readStarted reads the rows of RunStartMany from a batch.
+func readStarted(br pgx.BatchResults) ([]startedRow, error) {
 	rows, err := br.Query()
 	if err != nil {
-		return err, nil
+		return nil, err
 	}
 	defer rows.Close()
 	var got []startedRow
 	for rows.Next() {
-		r, err := scanStartedMany(rows, c.shard)
+		r, err := scanStartedMany(rows)
 		if err != nil {
 			return nil, err
 		}
 		got = append(got, r)
 	}
-	if err := rows.Err(); err != nil {
-		return err, nil
+	return got, rows.Err()
+}
+
+// guardArgs are the guard parameters of RunStartMany (nil: no check).
+func guardArgs(g *Guard) []any {
+	if g == nil || g.Shard < 0 {
+		return []any{[]string(nil), []int64(nil), nil}
 	}
-	return nil, settleStarted(got, starts)
+	tenants := make([]string, 0, len(g.Tenant))
+	caps := make([]int64, 0, len(g.Tenant))
+	for t, n := range g.Tenant {
+		tenants = append(tenants, t)
+		caps = append(caps, int64(n))
+	}
+	return []any{tenants, caps, int64(g.Shard)}
 }
 
 // decide asks the Admitter about the new runs of a written group, in the

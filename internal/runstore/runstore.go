@@ -2,7 +2,6 @@ package runstore
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"embed"
@@ -127,10 +126,7 @@ func startArgs(p *StartParams) ([]any, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var qk string
-	if r.QuotaKey != nil {
-		qk = *r.QuotaKey
-	}
+	qk := quotaKey(r)
 	maxAttempts := api.DefaultMaxAttempts
 	if r.MaxAttempts != nil {
 		maxAttempts = *r.MaxAttempts
@@ -196,64 +192,85 @@ func manyArgs(starts []*pending) []any {
 
 // startedRow is one row of RunStartMany.
 type startedRow struct {
-	ord         int
-	res         StartResult
-	due         bool  // the task is pending, not scheduled
-	tenantAfter int   // the tenant's count after the statement
-	shardBefore int64 // the shard's count before the statement
+	tenant, id  string
+	pk          int64
+	taskID      int64
+	due         bool // the task is pending, not scheduled
+	busy        bool // the queue had pending tasks before the statement
+	tenantAfter int  // the tenant's count after the statement
+	shardBefore int  // the shard's count before the statement
+	now         time.Time
 }
 
 // scanStartedMany reads one row of RunStartMany.
-func scanStartedMany(rows pgx.Rows, shard int) (startedRow, error) {
-	var (
-		r       startedRow
-		pk      int64
-		status  string
-		created time.Time
-		run     = &r.res.Run
-	)
-	err := rows.Scan(&r.ord, &pk, &run.ID, &run.Tenant, &run.Name, &run.Queue, &run.FairnessKey, &run.QuotaKey,
-		&run.Priority, &status, &run.Attempts, &created, &r.res.TaskID, &r.due, &r.res.QueueBusy,
-		&r.tenantAfter, &r.shardBefore)
+func scanStartedMany(rows pgx.Rows) (startedRow, error) {
+	var r startedRow
+	var guarded bool
+	err := rows.Scan(&r.tenant, &r.id, &r.pk, &r.taskID, &r.due, &r.busy, &r.tenantAfter, &r.shardBefore, &r.now, &guarded)
 	if err != nil {
 		return startedRow{}, fmt.Errorf("runstore: start group: %w", err)
 	}
-	run.Shard = shard
-	run.Status = api.Status(status)
-	run.CreatedAt = api.Time{Time: created}
-	r.res.Created = true
 	return r, nil
 }
 
-// settleStarted hands the rows of RunStartMany to their starts (ord, from
-// 1, indexes starts) with the counts and the queue state each start would
-// have seen had the starts been written one after the other in ord order:
-// the tenant's count and the shard's count including the run and the new
-// runs before it, and a queue made busy by an earlier start due now.
-func settleStarted(rows []startedRow, starts []*pending) error {
-	slices.SortFunc(rows, func(a, b startedRow) int { return cmp.Compare(a.ord, b.ord) })
-	perTenant := map[string]int{}
-	for _, r := range rows {
-		perTenant[r.res.Run.Tenant]++
+// settleStarted hands the rows of RunStartMany to their starts, with the
+// counts and the queue state each start would have seen had the starts
+// been written one after the other in their order: the tenant's count and
+// the shard's count including the run and the new runs before it, and a
+// queue made busy by an earlier start due now.
+func settleStarted(rows []startedRow, starts []*pending, shard int) error {
+	type key struct{ tenant, id string }
+	index := make(map[key]int, len(starts))
+	for i, it := range starts {
+		index[key{it.p.Tenant, it.p.Req.ID}] = i
 	}
+	order := make([]int, len(rows))
+	perTenant := map[string]int{}
+	for n, r := range rows {
+		i, ok := index[key{r.tenant, r.id}]
+		if !ok {
+			return fmt.Errorf("runstore: start group: a row for %s/%s, which was not sent", r.tenant, r.id)
+		}
+		order[n] = i
+		perTenant[r.tenant]++
+	}
+	byStart := make(map[int]startedRow, len(rows))
+	for n, r := range rows {
+		byStart[order[n]] = r
+	}
+	slices.Sort(order)
 	seenTenant := map[string]int{}
 	dueQueue := map[string]bool{}
-	for i, r := range rows {
-		if r.ord < 1 || r.ord > len(starts) || (i > 0 && rows[i-1].ord == r.ord) {
-			return fmt.Errorf("runstore: start group: unexpected row %d of %d starts", r.ord, len(starts))
+	for n, i := range order {
+		r, it := byStart[i], starts[i]
+		req := &it.p.Req
+		seenTenant[r.tenant]++
+		it.res = StartResult{
+			Run: api.Run{
+				ID: r.id, Tenant: r.tenant, Name: req.Name, Queue: req.Queue, Shard: shard,
+				FairnessKey: it.key, QuotaKey: quotaKey(req), Priority: req.Priority,
+				Status: api.StatusQueued, CreatedAt: api.Time{Time: r.now},
+			},
+			Created:      true,
+			TaskID:       r.taskID,
+			QueueBusy:    r.busy || dueQueue[req.Queue],
+			Running:      r.tenantAfter - perTenant[r.tenant] + seenTenant[r.tenant],
+			ShardRunning: r.shardBefore + n + 1,
 		}
-		t, q := r.res.Run.Tenant, r.res.Run.Queue
-		seenTenant[t]++
-		r.res.Running = r.tenantAfter - perTenant[t] + seenTenant[t]
-		r.res.ShardRunning = int(r.shardBefore) + i + 1
-		r.res.QueueBusy = r.res.QueueBusy || dueQueue[q]
+		it.found = true
 		if r.due {
-			dueQueue[q] = true
+			dueQueue[req.Queue] = true
 		}
-		it := starts[r.ord-1]
-		it.res, it.found = r.res, true
 	}
 	return nil
+}
+
+// quotaKey is the quota key a run stores: the request's, or empty.
+func quotaKey(r *api.StartRequest) string {
+	if r.QuotaKey != nil {
+		return *r.QuotaKey
+	}
+	return ""
 }
 
 // scanStarted reads RunStart's row; found is false when the id existed.

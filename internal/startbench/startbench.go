@@ -44,6 +44,10 @@ type Config struct {
 	Warmup   time.Duration
 	// Keys spreads the starts over this many fairness keys (1: one key).
 	Keys int
+	// Tenants spreads the clients over this many tenants, client i being
+	// tenant i mod Tenants (1: every client is the same tenant, the case
+	// where all starts contend for one tenant's count).
+	Tenants int
 	// Out receives one JSON line per transport; Log progress (may be nil).
 	Out io.Writer
 	Log io.Writer
@@ -54,6 +58,8 @@ type Result struct {
 	Bench     string  `json:"bench"`
 	Transport string  `json:"transport"`
 	Clients   int     `json:"clients"`
+	Tenants   int     `json:"tenants"`
+	Keys      int     `json:"keys"`
 	Starts    int     `json:"starts"`
 	Errors    int     `json:"errors"`
 	Seconds   float64 `json:"seconds"`
@@ -63,7 +69,13 @@ type Result struct {
 	Max       float64 `json:"max_ms"`
 }
 
-const tenant = "bench"
+// tenantName names the bench's i-th tenant.
+func tenantName(i, tenants int) string {
+	if tenants == 1 {
+		return "bench"
+	}
+	return fmt.Sprintf("bench%d", i)
+}
 
 // Run runs the benchmark and writes one JSON line per transport to
 // cfg.Out.
@@ -79,6 +91,9 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 	}
 	if cfg.Keys <= 0 {
 		cfg.Keys = 1
+	}
+	if cfg.Tenants <= 0 {
+		cfg.Tenants = 1
 	}
 	if len(cfg.Transports) == 0 {
 		cfg.Transports = []string{"http", "nats"}
@@ -118,12 +133,28 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 	}
 	defer gwConn.Close()
 
-	secret, err := auth.NewSecret()
+	type token struct {
+		Name       string   `json:"name"`
+		Tenant     string   `json:"tenant"`
+		SHA256     string   `json:"sha256"`
+		Privileges []string `json:"privileges"`
+	}
+	var tokens []token
+	var secrets []string
+	for i := range cfg.Tenants {
+		secret, err := auth.NewSecret()
+		if err != nil {
+			return nil, err
+		}
+		secrets = append(secrets, secret)
+		tokens = append(tokens, token{Name: tenantName(i, cfg.Tenants), Tenant: tenantName(i, cfg.Tenants),
+			SHA256: auth.HashSecret(secret), Privileges: []string{"runs:start", "runs:read"}})
+	}
+	tokensJSON, err := json.Marshal(tokens)
 	if err != nil {
 		return nil, err
 	}
-	set, err := auth.ParseTokens([]byte(fmt.Sprintf(`[{"name":"bench","tenant":%q,"sha256":%q,"privileges":["runs:start","runs:read"]}]`,
-		tenant, auth.HashSecret(secret))))
+	set, err := auth.ParseTokens(tokensJSON)
 	if err != nil {
 		return nil, err
 	}
@@ -151,19 +182,20 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 	var results []Result
 	for _, tr := range cfg.Transports {
 		var clients []*client.Client
-		for range cfg.Clients {
+		for i := range cfg.Clients {
 			var c *client.Client
+			t := i % cfg.Tenants
 			switch tr {
 			case "http":
 				hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-				c, err = client.New(client.Options{URL: "http://" + ln.Addr().String(), Token: secret, HTTPClient: hc})
+				c, err = client.New(client.Options{URL: "http://" + ln.Addr().String(), Token: secrets[t], HTTPClient: hc})
 			case "nats":
 				nc, cerr := nats.Connect(natsURL, nats.Name("bench-client"))
 				if cerr != nil {
 					return results, cerr
 				}
 				defer nc.Close()
-				c, err = client.New(client.Options{NATS: nc, Tenant: tenant})
+				c, err = client.New(client.Options{NATS: nc, Tenant: tenantName(t, cfg.Tenants)})
 			default:
 				return results, fmt.Errorf("startbench: unknown transport %q (http, nats)", tr)
 			}
@@ -180,7 +212,7 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 		if err != nil {
 			return results, err
 		}
-		r.Transport = tr
+		r.Transport, r.Tenants, r.Keys = tr, cfg.Tenants, cfg.Keys
 		results = append(results, r)
 		line, _ := json.Marshal(r)
 		fmt.Fprintln(cfg.Out, string(line))

@@ -413,20 +413,27 @@ func (c *Client) natsCall(ctx context.Context, subject string, in, out any) (int
 		if n, err := strconv.Atoi(s); err == nil {
 			status = n
 		}
+	} else if err := probeError(resp.Data); err != nil {
+		// An answer without the status header may still be an error.
+		return err.Status, err
 	}
 	return status, decodeAnswer(status, resp.Data, out)
+}
+
+// probeError returns the error an answer of unknown status holds, if any.
+func probeError(data []byte) *api.Error {
+	var probe api.ErrorBody
+	if json.Unmarshal(data, &probe) == nil && probe.Error != nil && probe.Error.Code != "" {
+		return probe.Error
+	}
+	return nil
 }
 
 // decodeAnswer reads a success into out, or an error body into *api.Error.
 func decodeAnswer(status int, data []byte, out any) error {
 	if status >= 200 && status < 300 {
 		if err := json.Unmarshal(data, out); err != nil {
-			// A NATS answer without the status header may still be an error.
 			return fmt.Errorf("client: decode answer: %w", err)
-		}
-		var probe api.ErrorBody
-		if json.Unmarshal(data, &probe) == nil && probe.Error != nil && probe.Error.Code != "" {
-			return probe.Error
 		}
 		return nil
 	}

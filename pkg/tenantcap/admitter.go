@@ -111,6 +111,55 @@ func (a *Admitter) Check(in runstore.Admission) (Decision, error) {
 	return a.decide(in.Shard, in.Tenant, in.Running-1, in.ShardRunning-1), nil
 }
 
+// Guard implements runstore.Guarder: it bounds the counts up to which
+// every new run of a group is sure to be admitted, so the committer can
+// commit the group in the round trip that writes it. The bounds follow
+// from Decide being monotone: a start is admitted when the total before it
+// is under max_runs and the tenant's own count under its limit, and the
+// limit never grows with the total. A group that goes past them is written
+// again and each of its new runs judged by Admit, so the guard only has
+// to be safe, never exact. It gives no guard (false) when it would let
+// nothing through.
+func (a *Admitter) Guard(r runstore.GuardRequest) (runstore.Guard, bool) {
+	if r.Shard < 0 || r.Shard >= a.totals.Shards() {
+		return runstore.Guard{}, false
+	}
+	others, _ := a.totals.Others(r.Shard)
+	cfg := a.config()
+	// With this many runs on the shard after the group, the total before
+	// each of its starts is under max_runs.
+	shardCap := a.maxRuns - others
+	if cfg.Algorithm == Dynamic {
+		// The tenant limit shrinks as the total grows: bound the total a
+		// little above where the shard is expected to be, for a limit as
+		// large as can be promised.
+		local := max(r.ShardRunning, a.totals.Snapshot()[r.Shard].Running)
+		shardCap = min(shardCap, local+2*r.Starts+guardMargin)
+	}
+	if shardCap <= 0 {
+		return runstore.Guard{}, false
+	}
+	g := runstore.Guard{Shard: shardCap}
+	limit, limited := Limit(cfg, a.maxRuns, len(a.tenants()), shardCap-1+others)
+	if limited {
+		if limit <= 0 {
+			return runstore.Guard{}, false
+		}
+		g.Tenant = make(map[string]int, len(r.Tenants))
+		for _, t := range r.Tenants {
+			g.Tenant[t] = limit
+		}
+	}
+	return g, true
+}
+
+// guardMargin is the room a Dynamic guard leaves for the runs other
+// gateways start on the shard while a group is on its way.
+const guardMargin = 16
+
+// Admitted implements runstore.Guarder; the Admitter keeps no count.
+func (a *Admitter) Admitted(int) {}
+
 // AdmitBefore is the admission check for a start path that asks before it
 // writes: call it inside the start transaction on the tenant's home shard,
 // before runstore.StartTx, and commit both together (READ COMMITTED, the
@@ -170,4 +219,4 @@ func (a *Admitter) decide(shard int, tenant string, own, local int) Decision {
 	return d
 }
 
-var _ runstore.Admitter = (*Admitter)(nil)
+var _ runstore.Guarder = (*Admitter)(nil)
