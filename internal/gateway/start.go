@@ -161,18 +161,23 @@ func (g *Gateway) startMany(ctx context.Context, c caller, reqs []api.StartReque
 		index = append(index, i)
 	}
 	var wg sync.WaitGroup
-	if len(params) > 0 {
-		wg.Go(func() {
-			results := g.committers[shard].StartMany(ctx, params)
-			for j, r := range results {
-				i := index[j]
-				if r.Err != nil {
-					out[i].err = g.apiError(r.Err, shard, "start")
-					continue
-				}
-				out[i] = started{run: r.Result.Run, created: r.Result.Created}
+	commit := func() {
+		results := g.committers[shard].StartMany(ctx, params)
+		for j, r := range results {
+			i := index[j]
+			if r.Err != nil {
+				out[i].err = g.apiError(r.Err, shard, "start")
+				continue
 			}
-		})
+			out[i] = started{run: r.Result.Run, created: r.Result.Created}
+		}
+	}
+	switch {
+	case len(params) > 0 && len(deferredIdx) > 0:
+		// The deferred starts go one by one meanwhile.
+		wg.Go(commit)
+	case len(params) > 0:
+		commit()
 	}
 	for _, i := range deferredIdx {
 		out[i] = g.startDeferred(ctxs[i], c, shard, reqs[i])

@@ -364,7 +364,7 @@ func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
 	}()
 	sorted := slices.Clone(items)
 	// Key summaries are locked in (queue, key) order, see TenantRunningLock.
-	slices.SortFunc(sorted, func(a, b *pending) int {
+	slices.SortStableFunc(sorted, func(a, b *pending) int {
 		return cmp.Or(cmp.Compare(a.p.Req.Queue, b.p.Req.Queue), cmp.Compare(a.key, b.key),
 			cmp.Compare(a.p.Tenant, b.p.Tenant), cmp.Compare(a.p.Req.ID, b.p.Req.ID))
 	})

@@ -3,9 +3,13 @@
 // run id), reading, listing and cancelling runs as the API's run resource.
 //
 // The gateway starts runs through a Committer, which groups concurrent
-// starts for a shard into shared transactions with a savepoint per start
-// (group commit), so one disk flush carries many starts and a failing start
-// is rolled back alone. Start and StartTx do the same for one start.
+// starts for a shard into shared transactions (group commit), so one disk
+// flush carries many starts. A group is written by one statement
+// (RunStartMany); under an admission Guard it commits in the same round
+// trip, otherwise each new run is put to the Admitter with the counts it
+// would have had alone. A refused start is rolled back alone, and a start
+// the database refuses is isolated by writing the group start by start,
+// each under a savepoint. Start and StartTx write a single start.
 //
 // Cancel takes a run's tasks out of play by marking them done: the schema's
 // trigger on tasks (harvest_tasks_summary, which calls harvest_key_leave)

@@ -125,28 +125,33 @@ func (a *Admitter) Guard(r runstore.GuardRequest) (runstore.Guard, bool) {
 		return runstore.Guard{}, false
 	}
 	others, _ := a.totals.Others(r.Shard)
-	cfg := a.config()
+	local := max(r.ShardRunning, a.totals.Snapshot()[r.Shard].Running)
+	return guard(a.config(), a.maxRuns, len(a.tenants()), others, local, r.Tenants, r.Starts)
+}
+
+// guard computes Guard for a group of at most starts new runs of tenants
+// on a shard whose count is about local, the other shards holding others.
+func guard(cfg Config, maxRuns, tenants, others, local int, groupTenants []string, starts int) (runstore.Guard, bool) {
 	// With this many runs on the shard after the group, the total before
 	// each of its starts is under max_runs.
-	shardCap := a.maxRuns - others
+	shardCap := maxRuns - others
 	if cfg.Algorithm == Dynamic {
 		// The tenant limit shrinks as the total grows: bound the total a
 		// little above where the shard is expected to be, for a limit as
 		// large as can be promised.
-		local := max(r.ShardRunning, a.totals.Snapshot()[r.Shard].Running)
-		shardCap = min(shardCap, local+2*r.Starts+guardMargin)
+		shardCap = min(shardCap, local+2*starts+guardMargin)
 	}
 	if shardCap <= 0 {
 		return runstore.Guard{}, false
 	}
 	g := runstore.Guard{Shard: shardCap}
-	limit, limited := Limit(cfg, a.maxRuns, len(a.tenants()), shardCap-1+others)
+	limit, limited := Limit(cfg, maxRuns, tenants, shardCap-1+others)
 	if limited {
 		if limit <= 0 {
 			return runstore.Guard{}, false
 		}
-		g.Tenant = make(map[string]int, len(r.Tenants))
-		for _, t := range r.Tenants {
+		g.Tenant = make(map[string]int, len(groupTenants))
+		for _, t := range groupTenants {
 			g.Tenant[t] = limit
 		}
 	}

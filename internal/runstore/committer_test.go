@@ -1,0 +1,272 @@
+package runstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/pkg/api"
+)
+
+// recorder is an Admitter that notes every Admission it is asked about and
+// refuses a tenant's start once the tenant would hold more than limit runs
+// (no limit when zero).
+type recorder struct {
+	limit int
+	// refuse names runs refused whatever the counts.
+	refuse map[string]bool
+
+	mu   sync.Mutex
+	seen []Admission
+}
+
+func (r *recorder) Admit(_ context.Context, a Admission) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen = append(r.seen, a)
+	if (r.limit > 0 && a.Running > r.limit) || r.refuse[a.Req.ID] {
+		return &api.Error{Status: 429, Code: api.CodeOverLimit, Message: "over the limit", RetryAfterMS: 100}
+	}
+	return nil
+}
+
+func (r *recorder) asked() []Admission {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Admission(nil), r.seen...)
+}
+
+// guarding is a recorder that also offers a guard of shard runs in all,
+// counting the runs its guarded groups admitted.
+type guarding struct {
+	recorder
+	shard    int
+	admitted int
+}
+
+func (g *guarding) Guard(GuardRequest) (Guard, bool) { return Guard{Shard: g.shard}, true }
+
+func (g *guarding) Admitted(n int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.admitted += n
+}
+
+// groupOpts shapes a committer whose groups are predictable: one flusher
+// that waits long enough for every start of one StartMany call.
+type groupOpts struct {
+	Admitter Admitter
+}
+
+func (b bundle) committer(t *testing.T, o groupOpts) *Committer {
+	t.Helper()
+	c := NewCommitter(b.db, 1, CommitterOptions{Flushers: 1, Linger: 200 * time.Millisecond, Admitter: o.Admitter})
+	t.Cleanup(c.Close)
+	return c
+}
+
+// params builds a validated start; queue "shared" unless given.
+func params(t *testing.T, tenant, id string, mods ...func(*api.StartRequest)) StartParams {
+	t.Helper()
+	req := api.StartRequest{ID: id, Name: "echo", Queue: "shared", Input: json.RawMessage(`{"id":"` + id + `"}`)}
+	for _, m := range mods {
+		m(&req)
+	}
+	require.Nil(t, req.Validate())
+	return StartParams{Tenant: tenant, Shard: 1, Req: req}
+}
+
+// The counts each new run of a group is judged by are those it would have
+// had with the starts written one by one, in the group's order, and
+// without the starts refused before it.
+func TestGroupAdmissionSeesSequentialCounts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		refuse map[string]bool
+		want   map[string][2]int
+	}{
+		// Written in (queue, key, tenant, id) order: acme a1 a2 a3, globex
+		// g1 g2; acme held 5 runs and globex 2.
+		{"all admitted", nil, map[string][2]int{
+			"a1": {6, 8}, "a2": {7, 9}, "a3": {8, 10}, "g1": {3, 11}, "g2": {4, 12}}},
+		{"a2 refused", map[string]bool{"a2": true}, map[string][2]int{
+			"a1": {6, 8}, "a2": {7, 9}, "a3": {7, 9}, "g1": {3, 10}, "g2": {4, 11}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			_, err := b.db.Exec(b.ctx, `INSERT INTO tenant_running (tenant, running) VALUES ('acme', 5), ('globex', 2)`)
+			require.NoError(t, err)
+			rec := &recorder{refuse: tc.refuse}
+			c := b.committer(t, groupOpts{Admitter: rec})
+			ps := []StartParams{
+				params(t, "acme", "a1"), params(t, "globex", "g1"), params(t, "acme", "a2"),
+				params(t, "acme", "a3"), params(t, "globex", "g2"),
+			}
+			out := c.StartMany(b.ctx, ps)
+			for i, o := range out {
+				if tc.refuse[ps[i].Req.ID] {
+					require.Error(t, o.Err)
+					continue
+				}
+				require.NoError(t, o.Err)
+			}
+			// The first time each run was asked about: the decisions made
+			// on the group as first written.
+			got := map[string][2]int{}
+			for _, a := range rec.asked() {
+				if _, seen := got[a.Req.ID]; !seen {
+					got[a.Req.ID] = [2]int{a.Running, a.ShardRunning}
+				}
+			}
+			require.Equal(t, tc.want, got)
+			require.Equal(t, tc.want["a3"][0], b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+			require.Equal(t, 4, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'globex'`))
+		})
+	}
+}
+
+// A start refused in the middle of a group leaves nothing behind, and the
+// starts after it are judged as if it had never been written.
+func TestGroupRefusalLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	for _, guarded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("guarded=%v", guarded), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			rec := &recorder{limit: 2}
+			var adm Admitter = rec
+			g := &guarding{recorder: recorder{limit: 2}, shard: 1}
+			if guarded {
+				// A guard that no group of two or more passes: the group is
+				// written again and every run asked about.
+				adm = g
+			}
+			c := b.committer(t, groupOpts{Admitter: adm})
+			out := c.StartMany(b.ctx, []StartParams{
+				params(t, "acme", "r1"), params(t, "acme", "r2"), params(t, "acme", "r3"),
+				params(t, "globex", "g1"), params(t, "acme", "r4"),
+			})
+			for i, want := range []bool{true, true, false, true, false} {
+				if want {
+					require.NoError(t, out[i].Err, "start %d", i)
+					continue
+				}
+				var ae *api.Error
+				require.ErrorAs(t, out[i].Err, &ae, "start %d", i)
+				require.Equal(t, api.CodeOverLimit, ae.Code)
+			}
+			require.Equal(t, 2, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+			require.Equal(t, 1, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'globex'`))
+			require.Equal(t, 3, b.count(t, `SELECT count(*) FROM runs`))
+			require.Equal(t, 3, b.count(t, `SELECT count(*) FROM tasks`))
+			require.Equal(t, 3, b.count(t, `SELECT pending FROM fair_state WHERE queue = 'shared'`))
+			require.Zero(t, b.count(t, `SELECT count(*) FROM runs WHERE id IN ('r3', 'r4')`))
+			if guarded {
+				require.Zero(t, g.admitted, "no group passed the guard")
+			}
+		})
+	}
+}
+
+// A group under a guard it stays within commits in the round trip that
+// writes it: nobody is asked, and the result is the stored run.
+func TestGuardedGroupCommitsWithoutAsking(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	g := &guarding{shard: 1000}
+	c := b.committer(t, groupOpts{Admitter: g})
+	ps := []StartParams{params(t, "acme", "r1"), params(t, "acme", "r2"), params(t, "globex", "g1")}
+	out := c.StartMany(b.ctx, ps)
+	for i, o := range out {
+		require.NoError(t, o.Err)
+		require.True(t, o.Result.Created)
+		stored, err := Get(b.ctx, b.db, ps[i].Tenant, ps[i].Req.ID, 1)
+		require.NoError(t, err)
+		require.Equal(t, stored, o.Result.Run, "the answer is the stored run")
+		require.NotZero(t, o.Result.TaskID)
+	}
+	require.Empty(t, g.asked())
+	require.Equal(t, 3, g.admitted)
+	require.Equal(t, 2, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+}
+
+// A start the database refuses is rolled back alone; the others of its
+// group commit.
+func TestGroupStatementErrorFailsOneStart(t *testing.T) {
+	t.Parallel()
+	for _, guarded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("guarded=%v", guarded), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var adm Admitter = &recorder{}
+			if guarded {
+				adm = &guarding{shard: 1000}
+			}
+			c := b.committer(t, groupOpts{Admitter: adm})
+			bad := params(t, "acme", "bad")
+			bad.Req.Priority = 5000 // past the column's check; Validate would have refused it
+			out := c.StartMany(b.ctx, []StartParams{params(t, "acme", "r1"), bad, params(t, "acme", "r2")})
+			require.NoError(t, out[0].Err)
+			require.Error(t, out[1].Err)
+			require.NoError(t, out[2].Err)
+			require.Equal(t, 2, b.count(t, `SELECT count(*) FROM runs`))
+			require.Equal(t, 2, b.count(t, `SELECT count(*) FROM tasks`))
+			require.Equal(t, 2, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+		})
+	}
+}
+
+// Within one group a second start of an id is a replay of the first (or a
+// conflict when it differs), and an id that already exists is answered
+// with the stored run.
+func TestGroupReplaysAndConflicts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.committer(t, groupOpts{Admitter: &guarding{shard: 1000}})
+	_, err := c.Start(b.ctx, params(t, "acme", "old"))
+	require.NoError(t, err)
+	other := params(t, "acme", "dup", func(r *api.StartRequest) { r.Input = json.RawMessage(`{"other":true}`) })
+	out := c.StartMany(b.ctx, []StartParams{
+		params(t, "acme", "dup"), params(t, "acme", "dup"), other, params(t, "acme", "old"), params(t, "globex", "dup"),
+	})
+	require.NoError(t, out[0].Err)
+	require.NoError(t, out[1].Err)
+	require.ErrorIs(t, out[2].Err, ErrConflict)
+	require.NoError(t, out[3].Err)
+	require.NoError(t, out[4].Err)
+	require.NotEqual(t, out[0].Result.Created, out[1].Result.Created, "one of the two made the run")
+	require.False(t, out[3].Result.Created)
+	require.True(t, out[4].Result.Created, "ids are per tenant")
+	require.Equal(t, out[0].Result.Run.CreatedAt, out[1].Result.Run.CreatedAt)
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM runs`))
+	require.Equal(t, 2, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+}
+
+// A start whose queue had no pending task is told so (it is worth a
+// dispatch); the next start of the same group in that queue is not.
+func TestGroupQueueBusy(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := b.committer(t, groupOpts{})
+	later := params(t, "acme", "later", func(r *api.StartRequest) { d := api.Duration(time.Hour); r.Delay = &d })
+	out := c.StartMany(b.ctx, []StartParams{
+		params(t, "acme", "a1", func(r *api.StartRequest) { r.Queue = "alpha" }),
+		params(t, "acme", "a2", func(r *api.StartRequest) { r.Queue = "alpha" }),
+		later,
+		params(t, "acme", "b1", func(r *api.StartRequest) { r.Queue = "beta" }),
+	})
+	busy := map[string]bool{}
+	for _, o := range out {
+		require.NoError(t, o.Err)
+		busy[o.Result.Run.ID] = o.Result.QueueBusy
+	}
+	require.Equal(t, map[string]bool{"a1": false, "a2": true, "later": false, "b1": false}, busy)
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM tasks WHERE state = 'scheduled'`))
+}
