@@ -235,6 +235,7 @@ func fill(ctx context.Context, db *pgxpool.Pool, backlog, keys int, heavy float6
 	every := 1 / (1 - heavy)
 	stmts := []string{
 		`ALTER TABLE tasks DISABLE TRIGGER tasks_summary`,
+		`ALTER TABLE tasks DISABLE TRIGGER tasks_summary_insert`,
 		fmt.Sprintf(`INSERT INTO runs (tenant, id, name, queue, request_hash, status)
 			SELECT 'bench', g::text, 'bench', 'bench', '\x00', 'queued' FROM generate_series(1, %d) g`, backlog),
 		fmt.Sprintf(`INSERT INTO tasks (run_pk, queue, fairness_key, state, due_at)
@@ -243,6 +244,7 @@ func fill(ctx context.Context, db *pgxpool.Pool, backlog, keys int, heavy float6
 			       'pending', timestamptz '2026-01-01 00:00:00+00' + r.pk * interval '1 millisecond'
 			FROM runs r ORDER BY r.pk`, keys, int(every+0.5)),
 		`ALTER TABLE tasks ENABLE TRIGGER tasks_summary`,
+		`ALTER TABLE tasks ENABLE TRIGGER tasks_summary_insert`,
 		`SELECT harvest_rebuild_summary('bench')`,
 		`VACUUM ANALYZE runs`,
 		`VACUUM ANALYZE tasks`,

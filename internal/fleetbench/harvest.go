@@ -161,12 +161,14 @@ func freshDatabase(ctx context.Context, serverURL, prefix string) (string, func(
 func fill(ctx context.Context, db *pgxpool.Pool, n int) error {
 	for _, s := range []string{
 		`ALTER TABLE tasks DISABLE TRIGGER tasks_summary`,
+		`ALTER TABLE tasks DISABLE TRIGGER tasks_summary_insert`,
 		fmt.Sprintf(`INSERT INTO runs (tenant, id, name, queue, fairness_key, request_hash, status)
 			SELECT '%s', 'flood-' || g, 'echo', '%s', '%s', '\x00', 'queued' FROM generate_series(1, %d) g`,
 			floodTenant, queue, floodKey, n),
 		fmt.Sprintf(`INSERT INTO tasks (run_pk, queue, fairness_key, state)
 			SELECT pk, '%s', '%s', 'pending' FROM runs ORDER BY pk`, queue, floodKey),
 		`ALTER TABLE tasks ENABLE TRIGGER tasks_summary`,
+		`ALTER TABLE tasks ENABLE TRIGGER tasks_summary_insert`,
 		fmt.Sprintf(`SELECT harvest_rebuild_summary('%s')`, queue),
 		fmt.Sprintf(`INSERT INTO tenant_running (tenant, running) VALUES ('%s', %d)`, floodTenant, n),
 		`VACUUM ANALYZE runs`,
