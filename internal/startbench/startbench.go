@@ -182,6 +182,7 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 	var results []Result
 	for _, tr := range cfg.Transports {
 		var clients []*client.Client
+		var prefixes []string
 		for i := range cfg.Clients {
 			var c *client.Client
 			t := i % cfg.Tenants
@@ -203,12 +204,19 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 				return results, err
 			}
 			clients = append(clients, c)
+			// Keys belong to their tenant, as with key binding: tenants
+			// share no fairness key.
+			prefix := "k"
+			if cfg.Tenants > 1 {
+				prefix = fmt.Sprintf("t%d-k", t)
+			}
+			prefixes = append(prefixes, prefix)
 		}
 		logf("startbench: %s: warming up for %s, then measuring for %s with %d clients", tr, cfg.Warmup, cfg.Duration, cfg.Clients)
-		if _, err := drive(ctx, clients, cfg.Warmup, cfg.Keys); err != nil {
+		if _, err := drive(ctx, clients, prefixes, cfg.Warmup, cfg.Keys); err != nil {
 			return results, err
 		}
-		r, err := drive(ctx, clients, cfg.Duration, cfg.Keys)
+		r, err := drive(ctx, clients, prefixes, cfg.Duration, cfg.Keys)
 		if err != nil {
 			return results, err
 		}
@@ -225,7 +233,8 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 }
 
 // drive runs the clients in closed loops for d and collects latencies.
-func drive(ctx context.Context, clients []*client.Client, d time.Duration, keys int) (Result, error) {
+// Client i's keys are prefixes[i] followed by a number below keys.
+func drive(ctx context.Context, clients []*client.Client, prefixes []string, d time.Duration, keys int) (Result, error) {
 	r := Result{Bench: "starts", Clients: len(clients)}
 	if d <= 0 {
 		return r, nil
@@ -240,7 +249,8 @@ func drive(ctx context.Context, clients []*client.Client, d time.Duration, keys 
 	)
 	start := time.Now()
 	stop := start.Add(d)
-	for _, c := range clients {
+	for i, c := range clients {
+		prefix := prefixes[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -249,7 +259,7 @@ func drive(ctx context.Context, clients []*client.Client, d time.Duration, keys 
 				n := seq.Add(1)
 				t0 := time.Now()
 				_, err := c.Start(ctx, "echo", "bench", map[string]int64{"n": n},
-					client.StartOptions{FairnessKey: fmt.Sprintf("k%d", n%int64(keys))})
+					client.StartOptions{FairnessKey: fmt.Sprintf("%s%d", prefix, n%int64(keys))})
 				if err != nil {
 					errs.Add(1)
 					firstEr.CompareAndSwap(nil, err.Error())

@@ -49,24 +49,33 @@ WITH input AS (
     FROM run JOIN input AS i ON i.tenant = run.tenant AND i.id = run.id
     ORDER BY i.ord
     RETURNING id, run_pk, state, queue
+), total AS (
+    -- The shard's count before the statement (its snapshot).
+    SELECT coalesce(sum(running), 0)::bigint AS running FROM tenant_running
 ), counted AS (
     INSERT INTO tenant_running AS t (tenant, running)
     SELECT tenant, count(*) FROM run GROUP BY tenant ORDER BY tenant
     ON CONFLICT (tenant) DO UPDATE SET running = t.running + excluded.running
     RETURNING tenant, running
+), guarded AS (
+    -- Evaluated once (the function is volatile, so the CTE is not inlined).
+    SELECT harvest_admission_guard(
+               $17::bigint IS NULL
+               OR (total.running + (SELECT count(*) FROM run) <= $17::bigint
+                   AND NOT EXISTS (SELECT 1
+                                   FROM counted AS c
+                                   JOIN unnest($15::text[], $16::bigint[]) AS g (tenant, cap) USING (tenant)
+                                   WHERE c.running > g.cap))) AS ok
+    FROM total
 )
 SELECT run.tenant, run.id, run.pk, task.id, task.state = 'pending',
        EXISTS (SELECT 1 FROM tasks x WHERE x.queue = task.queue AND x.state = 'pending'),
        counted.running,
-       (SELECT coalesce(sum(running), 0) FROM tenant_running)::bigint,
+       total.running,
        now(),
-       harvest_admission_guard(
-           $17::bigint IS NULL
-           OR ((SELECT coalesce(sum(running), 0) FROM tenant_running) + (SELECT count(*) FROM run) <= $17::bigint
-               AND NOT EXISTS (SELECT 1
-                               FROM counted AS c
-                               JOIN unnest($15::text[], $16::bigint[]) AS g (tenant, cap) USING (tenant)
-                               WHERE c.running > g.cap)))
+       guarded.ok
 FROM run
 JOIN task ON task.run_pk = run.pk
 JOIN counted ON counted.tenant = run.tenant
+CROSS JOIN total
+CROSS JOIN guarded
