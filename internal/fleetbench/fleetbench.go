@@ -201,6 +201,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, []PairResult, error) {
 				}
 			}
 		}
+		if err := os.MkdirAll(cfg.ChartDir, 0o755); err != nil {
+			return results, pairs, fmt.Errorf("fleetbench: chart directory: %w", err)
+		}
 		path := filepath.Join(cfg.ChartDir, "fleet-keys.svg")
 		if err := KeyChart(path, on, off); err != nil {
 			return results, pairs, err
