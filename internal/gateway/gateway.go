@@ -40,9 +40,8 @@ type Options struct {
 	// Authorizer, when set, may refuse any start.
 	Authorizer Authorizer
 	// Admitter, when set, replaces the gateway's own admission (pkg/tenantcap
-	// configured by HARVEST_MAX_RUNS and the admission settings on shard 0)
-	// inside each start's transaction. Tests use it; a deployment leaves it
-	// nil.
+	// configured by HARVEST_MAX_RUNS and the admission settings on shard 0).
+	// Tests use it; a deployment leaves it nil.
 	Admitter Admitter
 	// Now is the clock of the /admin sessions; nil means time.Now.
 	Now func() time.Time

@@ -44,9 +44,9 @@ func (f AuthorizerFunc) AuthorizeStart(ctx context.Context, s StartAuthorization
 	return f(ctx, s)
 }
 
-// Admitter decides, inside the start's transaction, whether a new run may
-// stay (admission, issue 7): see runstore.Admitter. Without one every start
-// is admitted.
+// Admitter decides, from the counts a new run is written with, whether it
+// may stay (admission): see runstore.Admitter, and runstore.Guarder for
+// admitting whole groups in advance. Without one every start is admitted.
 type Admitter = runstore.Admitter
 
 // Admission is what an Admitter sees of a new run.
