@@ -168,9 +168,7 @@ type Committer struct {
 
 type pending struct {
 	p     StartParams
-	args  []any
-	hash  []byte
-	key   string // resolved fairness key, for the lock order
+	row   startRow
 	res   StartResult
 	found bool
 	err   error
@@ -235,8 +233,7 @@ func (c *Committer) StartMany(ctx context.Context, ps []StartParams) []Outcome {
 	c.mu.RLock()
 	for i := range ps {
 		it := &pending{p: ps[i], done: make(chan struct{})}
-		it.args, it.hash, it.err = startArgs(&it.p)
-		it.key = it.p.Req.Key()
+		it.row, it.err = startRowOf(&it.p)
 		items[i] = it
 		switch {
 		case it.err != nil:
@@ -365,7 +362,7 @@ func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
 	sorted := slices.Clone(items)
 	// Key summaries are locked in (queue, key) order, see TenantRunningLock.
 	slices.SortStableFunc(sorted, func(a, b *pending) int {
-		return cmp.Or(cmp.Compare(a.p.Req.Queue, b.p.Req.Queue), cmp.Compare(a.key, b.key),
+		return cmp.Or(cmp.Compare(a.p.Req.Queue, b.p.Req.Queue), cmp.Compare(a.row.key, b.row.key),
 			cmp.Compare(a.p.Tenant, b.p.Tenant), cmp.Compare(a.p.Req.ID, b.p.Req.ID))
 	})
 	// The statement writes each (tenant, id) once; a second start of the
@@ -386,7 +383,7 @@ func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
 			// Starts whose id existed are answered from the stored run.
 			for _, it := range sorted {
 				if it.err == nil && !it.found {
-					it.res, it.err = replay(ctx, conn, &it.p, it.hash)
+					it.res, it.err = replay(ctx, conn, &it.p, it.row.hash)
 					if it.err != nil && !errors.Is(it.err, ErrConflict) {
 						return it.err
 					}
@@ -437,7 +434,7 @@ func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
 	// Starts whose id existed are answered from the stored run.
 	for _, it := range sorted {
 		if it.err == nil && !it.found {
-			it.res, it.err = replay(ctx, conn, &it.p, it.hash)
+			it.res, it.err = replay(ctx, conn, &it.p, it.row.hash)
 			if it.err != nil && !errors.Is(it.err, ErrConflict) {
 				return it.err
 			}
@@ -697,7 +694,7 @@ func (c *Committer) sendWindow(ctx context.Context, conn *pgx.Conn, window []*pe
 	b := &pgx.Batch{}
 	for i, it := range window {
 		b.Queue("SAVEPOINT " + savepoint(i))
-		b.Queue(sqlRunStart, it.args...)
+		b.Queue(sqlRunStart, it.row.args()...)
 	}
 	br := conn.SendBatch(ctx, b)
 	cut := -1

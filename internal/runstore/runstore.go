@@ -102,91 +102,97 @@ func Start(ctx context.Context, db Beginner, p StartParams) (StartResult, error)
 // can share one commit. On error the caller must roll back (or roll back to
 // a savepoint), since part of the start may have been written.
 func StartTx(ctx context.Context, tx pgx.Tx, p StartParams) (StartResult, error) {
-	args, hash, err := startArgs(&p)
+	row, err := startRowOf(&p)
 	if err != nil {
 		return StartResult{}, err
 	}
-	res, found, err := scanStarted(tx.QueryRow(ctx, sqlRunStart, args...), p.Shard)
+	res, found, err := scanStarted(tx.QueryRow(ctx, sqlRunStart, row.args()...), p.Shard)
 	if err != nil {
 		return StartResult{}, err
 	}
 	if found {
 		return res, nil
 	}
-	return replay(ctx, tx, &p, hash)
+	return replay(ctx, tx, &p, row.hash)
 }
 
-// startArgs checks p and builds the arguments of RunStart.
-func startArgs(p *StartParams) ([]any, []byte, error) {
+// startRow is one start as the start statements take it: the columns of
+// its run and first task.
+type startRow struct {
+	tenant, id, name, queue, key, quota string
+	priority, maxAttempts               int
+	input, trace                        *string // JSON text
+	hash                                []byte
+	timeoutMS                           *int64
+	runAt                               *time.Time
+	delayUS                             int64
+}
+
+// startRowOf checks p and builds its row.
+func startRowOf(p *StartParams) (startRow, error) {
 	r := &p.Req
 	if r.ID == "" {
-		return nil, nil, errors.New("runstore: start without a run id")
+		return startRow{}, errors.New("runstore: start without a run id")
 	}
 	hash, err := RequestHash(r)
 	if err != nil {
-		return nil, nil, err
+		return startRow{}, err
 	}
-	qk := quotaKey(r)
-	maxAttempts := api.DefaultMaxAttempts
+	row := startRow{
+		tenant: p.Tenant, id: r.ID, name: r.Name, queue: r.Queue, key: r.Key(), quota: quotaKey(r),
+		priority: r.Priority, maxAttempts: api.DefaultMaxAttempts, hash: hash,
+	}
 	if r.MaxAttempts != nil {
-		maxAttempts = *r.MaxAttempts
+		row.maxAttempts = *r.MaxAttempts
 	}
-	var timeoutMS *int64
 	if r.Timeout != nil {
 		ms := max(time.Duration(*r.Timeout).Milliseconds(), 1)
-		timeoutMS = &ms
+		row.timeoutMS = &ms
 	}
-	var input, trace any
 	if len(r.Input) > 0 {
-		input = string(r.Input)
+		in := string(r.Input)
+		row.input = &in
 	}
 	if len(p.TraceContext) > 0 {
-		trace = string(p.TraceContext)
+		tc := string(p.TraceContext)
+		row.trace = &tc
 	}
-	var runAt any
 	if r.RunAt != nil {
-		runAt = r.RunAt.Time
+		row.runAt = &r.RunAt.Time
 	}
-	var delayUS int64
 	if r.Delay != nil && *r.Delay > 0 {
-		delayUS = time.Duration(*r.Delay).Microseconds()
+		row.delayUS = time.Duration(*r.Delay).Microseconds()
 	}
-	args := []any{p.Tenant, r.ID, r.Name, r.Queue, r.Key(), qk, r.Priority, input, hash,
-		maxAttempts, timeoutMS, runAt, delayUS, trace}
-	return args, hash, nil
+	return row, nil
 }
 
-// manyArgs builds the arrays of RunStartMany from starts whose args
-// startArgs built, in the same column order.
+// args are the parameters of RunStart.
+func (r *startRow) args() []any {
+	return []any{r.tenant, r.id, r.name, r.queue, r.key, r.quota, r.priority, r.input, r.hash,
+		r.maxAttempts, r.timeoutMS, r.runAt, r.delayUS, r.trace}
+}
+
+// manyArgs are the arrays of RunStartMany for starts, in order.
 func manyArgs(starts []*pending) []any {
 	n := len(starts)
 	var (
-		tenants, ids, names, queues, keys, quotas = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		priorities, maxAttempts                   = make([]int32, n), make([]int32, n)
-		inputs, traces                            = make([]*string, n), make([]*string, n)
-		hashes                                    = make([][]byte, n)
-		timeouts                                  = make([]*int64, n)
-		runAts                                    = make([]*time.Time, n)
-		delays                                    = make([]int64, n)
+		tenants, ids, names = make([]string, n), make([]string, n), make([]string, n)
+		queues, keys, quota = make([]string, n), make([]string, n), make([]string, n)
+		priorities, tries   = make([]int32, n), make([]int32, n)
+		inputs, traces      = make([]*string, n), make([]*string, n)
+		hashes              = make([][]byte, n)
+		timeouts            = make([]*int64, n)
+		runAts              = make([]*time.Time, n)
+		delays              = make([]int64, n)
 	)
 	for i, it := range starts {
-		a := it.args
-		tenants[i], ids[i], names[i], queues[i], keys[i], quotas[i] =
-			a[0].(string), a[1].(string), a[2].(string), a[3].(string), a[4].(string), a[5].(string)
-		priorities[i], hashes[i], maxAttempts[i] = int32(a[6].(int)), a[8].([]byte), int32(a[9].(int))
-		if v, ok := a[7].(string); ok {
-			inputs[i] = &v
-		}
-		timeouts[i] = a[10].(*int64)
-		if v, ok := a[11].(time.Time); ok {
-			runAts[i] = &v
-		}
-		delays[i] = a[12].(int64)
-		if v, ok := a[13].(string); ok {
-			traces[i] = &v
-		}
+		r := &it.row
+		tenants[i], ids[i], names[i], queues[i], keys[i], quota[i] = r.tenant, r.id, r.name, r.queue, r.key, r.quota
+		priorities[i], tries[i] = int32(r.priority), int32(r.maxAttempts)
+		inputs[i], traces[i], hashes[i] = r.input, r.trace, r.hash
+		timeouts[i], runAts[i], delays[i] = r.timeoutMS, r.runAt, r.delayUS
 	}
-	return []any{tenants, ids, names, queues, keys, quotas, priorities, inputs, hashes, maxAttempts,
+	return []any{tenants, ids, names, queues, keys, quota, priorities, inputs, hashes, tries,
 		timeouts, runAts, delays, traces}
 }
 
@@ -248,7 +254,7 @@ func settleStarted(rows []startedRow, starts []*pending, shard int) error {
 		it.res = StartResult{
 			Run: api.Run{
 				ID: r.id, Tenant: r.tenant, Name: req.Name, Queue: req.Queue, Shard: shard,
-				FairnessKey: it.key, QuotaKey: quotaKey(req), Priority: req.Priority,
+				FairnessKey: it.row.key, QuotaKey: it.row.quota, Priority: req.Priority,
 				Status: api.StatusQueued, CreatedAt: api.Time{Time: r.now},
 			},
 			Created:      true,
