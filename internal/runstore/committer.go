@@ -396,14 +396,14 @@ func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
 		resetAll(bulk)
 	}
 	for len(bulk) > 0 {
-		w, err := c.sendBulk(ctx, conn.Conn(), bulkSend{opening: !begun, tenants: tenants, starts: bulk})
+		stmtErr, err := c.sendBulk(ctx, conn.Conn(), !begun, tenants, bulk)
 		begun = true
 		if err != nil {
 			return err
 		}
-		if w.stmtErr != nil {
-			if retryable(w.stmtErr) || !isStatementError(w.stmtErr) {
-				return w.stmtErr
+		if stmtErr != nil {
+			if retryable(stmtErr) || !isStatementError(stmtErr) {
+				return stmtErr
 			}
 			if _, err := conn.Exec(ctx, "ROLLBACK TO SAVEPOINT harvest_group"); err != nil {
 				return fmt.Errorf("runstore: roll back to savepoint: %w", err)
@@ -482,55 +482,41 @@ func resetAll(items []*pending) {
 	}
 }
 
-// bulkSend is one round trip of a group's writes in a transaction.
-type bulkSend struct {
-	// opening sends BEGIN and the count locks first.
-	opening bool
-	tenants []string
-	starts  []*pending
-}
-
-// bulkWritten is what a bulkSend did.
-type bulkWritten struct {
-	// stmtErr is the statement's own failure; the transaction then waits
-	// to be rolled back to the savepoint harvest_group.
-	stmtErr error
-}
-
 // sendBulk writes starts with RunStartMany under the savepoint
-// harvest_group, in one round trip with the statements that open the
-// transaction when asked. err is a failure other than the statement's own.
-func (c *Committer) sendBulk(ctx context.Context, conn *pgx.Conn, s bulkSend) (w bulkWritten, err error) {
+// harvest_group, in one round trip with BEGIN and the count locks of
+// tenants when opening is set. stmtErr is the statement's own failure (the
+// transaction then waits to be rolled back to the savepoint); err is any
+// other failure.
+func (c *Committer) sendBulk(ctx context.Context, conn *pgx.Conn, opening bool, tenants []string, starts []*pending) (stmtErr, err error) {
 	b := &pgx.Batch{}
-	if s.opening {
+	if opening {
 		b.Queue("BEGIN")
-		b.Queue(sqlTenantRunningLock, s.tenants)
+		b.Queue(sqlTenantRunningLock, tenants)
 	}
 	b.Queue("SAVEPOINT harvest_group")
-	b.Queue(sqlRunStartMany, append(manyArgs(s.starts), guardArgs(nil)...)...)
+	b.Queue(sqlRunStartMany, append(manyArgs(starts), guardArgs(nil)...)...)
 	br := conn.SendBatch(ctx, b)
 	defer func() {
-		if cerr := br.Close(); cerr != nil && err == nil && w.stmtErr == nil {
+		if cerr := br.Close(); cerr != nil && err == nil && stmtErr == nil {
 			err = fmt.Errorf("runstore: start group: %w", cerr)
 		}
 	}()
-	if s.opening {
+	if opening {
 		if _, err := br.Exec(); err != nil {
-			return w, fmt.Errorf("runstore: begin: %w", err)
+			return nil, fmt.Errorf("runstore: begin: %w", err)
 		}
 		if _, err := br.Exec(); err != nil {
-			return w, fmt.Errorf("runstore: lock running counts: %w", err)
+			return nil, fmt.Errorf("runstore: lock running counts: %w", err)
 		}
 	}
 	if _, err := br.Exec(); err != nil {
-		return w, fmt.Errorf("runstore: savepoint: %w", err)
+		return nil, fmt.Errorf("runstore: savepoint: %w", err)
 	}
 	got, err := readStarted(br)
 	if err != nil {
-		w.stmtErr = err
-		return w, nil
+		return err, nil
 	}
-	return w, c.settle(got, s.starts)
+	return nil, c.settle(got, starts)
 }
 
 // writeGuarded writes a group under a guard in one round trip and one
