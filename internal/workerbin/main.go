@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -147,6 +148,15 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("HARVEST_SHARDS: shard %d: %w", cfg.Shard, err)
 	}
 	telemetry.PoolConfig(pcfg)
+	// A worker stopped in the middle of a transaction (SIGSTOP, a VM
+	// paused, a long GC) would keep that transaction's locks for as long
+	// as it stays stopped, and every other worker's rescue of its tasks
+	// would queue behind them. Past its lease such a worker has lost its
+	// tasks anyway: let the server end its open transaction then too.
+	if _, set := pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] =
+			strconv.FormatInt(max(cfg.Lease, time.Second).Milliseconds(), 10)
+	}
 	// One connection per claim loop (each also heartbeats), plus the
 	// janitor and some slack.
 	pcfg.MaxConns = max(pcfg.MaxConns, int32(2*cfg.MaxConcurrentClaims+2))
