@@ -21,6 +21,7 @@ import (
 	"github.com/sourcegraph/conc"
 
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/claim"
 )
 
 // Defaults of CommitterOptions.
@@ -77,7 +78,9 @@ type Admitter interface {
 // guard commits in the same round trip as it is written, provided that
 // afterwards the shard holds at most Shard unfinished runs and each tenant
 // listed in Tenant at most its figure (a tenant not listed is not bounded);
-// otherwise it is written again and each new run is asked about.
+// otherwise it is written again and each new run is asked about. A
+// negative Shard checks nothing (the committer's own guard when it has no
+// Admitter).
 type Guard struct {
 	Shard  int
 	Tenant map[string]int
@@ -380,16 +383,7 @@ func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
 			if g, ok := c.opts.Admitter.(Guarder); ok {
 				g.Admitted(countNew(bulk))
 			}
-			// Starts whose id existed are answered from the stored run.
-			for _, it := range sorted {
-				if it.err == nil && !it.found {
-					it.res, it.err = replay(ctx, conn, &it.p, it.row.hash)
-					if it.err != nil && !errors.Is(it.err, ErrConflict) {
-						return it.err
-					}
-				}
-			}
-			return nil
+			return replayExisting(ctx, conn, sorted)
 		}
 		// Past the guard, or a start broke the statement: nothing was
 		// written; do it again in a transaction that judges each start.
@@ -431,14 +425,8 @@ func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
 		bulk = slices.DeleteFunc(bulk, func(it *pending) bool { return it.err != nil })
 		resetAll(bulk)
 	}
-	// Starts whose id existed are answered from the stored run.
-	for _, it := range sorted {
-		if it.err == nil && !it.found {
-			it.res, it.err = replay(ctx, conn, &it.p, it.row.hash)
-			if it.err != nil && !errors.Is(it.err, ErrConflict) {
-				return it.err
-			}
-		}
+	if err := replayExisting(ctx, conn, sorted); err != nil {
+		return err
 	}
 	tag, err := conn.Exec(ctx, "COMMIT")
 	if err != nil {
@@ -474,6 +462,21 @@ func countNew(starts []*pending) int {
 		}
 	}
 	return n
+}
+
+// replayExisting answers the starts whose id existed (none of the group's
+// statements wrote them) from the stored run: a replay, or ErrConflict
+// when the request differs. Any other error fails the group.
+func replayExisting(ctx context.Context, db claim.DB, items []*pending) error {
+	for _, it := range items {
+		if it.err == nil && !it.found {
+			it.res, it.err = replay(ctx, db, &it.p, it.row.hash)
+			if it.err != nil && !errors.Is(it.err, ErrConflict) {
+				return it.err
+			}
+		}
+	}
+	return nil
 }
 
 func resetAll(items []*pending) {
