@@ -33,7 +33,7 @@ type Config struct {
 	PoolSize       int32         `envconfig:"GATEWAY_POOL_SIZE" default:"8" desc:"Postgres connections per shard"`
 	ConnectTimeout time.Duration `envconfig:"GATEWAY_CONNECT_TIMEOUT" default:"3s" desc:"how long to try reaching a shard before answering 503"`
 	GroupMax       int           `envconfig:"GATEWAY_GROUP_MAX" default:"48" desc:"most starts committed in one transaction (group commit)"`
-	GroupFlushers  int           `envconfig:"GATEWAY_GROUP_FLUSHERS" default:"2" desc:"start transactions in flight per shard; each tenant's starts always go through the same one"`
+	GroupFlushers  int           `envconfig:"GATEWAY_GROUP_FLUSHERS" default:"2" desc:"start transactions in flight per shard; a tenant is in one at a time, and a second goes only when a quarter of HARVEST_GATEWAY_GROUP_MAX starts wait for it"`
 	GroupLinger    time.Duration `envconfig:"GATEWAY_GROUP_LINGER" default:"0s" desc:"extra wait for more starts before a group commits (0: take what queued up during the previous commit)"`
 	AdminSession   time.Duration `envconfig:"GATEWAY_ADMIN_SESSION" default:"30m" desc:"lifetime of a sign-in to the /admin page (sessions live in the memory of the gateway that made them)"`
 }

@@ -5,12 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"net"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -32,7 +30,8 @@ const (
 	// cache holds makes every other session's visibility checks slower.
 	DefaultMaxBatch = 48
 	// DefaultFlushers lets one group execute while the previous one waits
-	// for its commit to reach the disk.
+	// for its commit to reach the disk, when enough starts wait for two
+	// groups (see intake).
 	DefaultFlushers = 2
 	// DefaultCommitTimeout bounds one group's transaction.
 	DefaultCommitTimeout = 10 * time.Second
@@ -121,7 +120,8 @@ type Committed struct {
 type CommitterOptions struct {
 	// MaxBatch is the most starts one transaction carries.
 	MaxBatch int
-	// Flushers is how many groups may be in flight at once.
+	// Flushers is how many groups may be in flight at once. A group
+	// beyond the first starts only once MaxBatch/4 starts wait for it.
 	Flushers int
 	// Linger, when positive, is how long a flusher waits for more starts
 	// after the queue ran dry, trading that much latency for larger
@@ -141,30 +141,28 @@ type CommitterOptions struct {
 }
 
 // Committer gathers concurrent starts for one shard into shared
-// transactions (group commit). Each start runs under its own savepoint, so
-// one that fails is rolled back alone and the others commit; every caller
-// is answered once its group has committed. A shard that can commit about
-// one transaction per disk flush thus takes many starts per flush.
+// transactions (group commit); every caller is answered once its group has
+// committed, so a shard that commits about one transaction per disk flush
+// takes many starts per flush.
 //
-// A group takes two round trips when nothing is refused: one pipeline
-// opens the transaction, locks the group's tenant counts and writes every
-// start under its own savepoint; the second commits. The admission
-// decisions are made in between, from what the starts returned. A refused
-// or failed start is rolled back to its savepoint, which also undoes the
-// starts sent after it; those are sent again.
+// A group is written by one statement (RunStartMany). When the Admitter
+// can promise a Guard, the count locks, that statement and the commit go in
+// one round trip. Otherwise the group is written in an explicit
+// transaction, each new run is judged with the counts it would have seen
+// had the starts gone one at a time, refused starts are left out, and the
+// rest commit. A statement error sends the group again start by start,
+// each under its own savepoint, so only the failing start is lost.
+//
+// Each tenant is in at most one group in flight: its groups lock the
+// tenant's count row, so two of them would only wait for each other.
 type Committer struct {
 	db    *pgxpool.Pool
 	shard int
 	opts  CommitterOptions
-	// queues holds one queue per flusher. A tenant's starts always go to
-	// the same flusher: its groups lock the tenant's count row, so two
-	// flushers writing the same tenant would only wait for each other
-	// with two small groups instead of committing one larger one.
-	queues []chan *pending
-	wg     conc.WaitGroup
-
-	mu     sync.RWMutex
-	closed bool
+	// in is the queue the flushers share; it keeps each tenant in one
+	// group at a time.
+	in *intake
+	wg conc.WaitGroup
 	// lastShard is the shard's count after the last group (-1: none yet).
 	lastShard atomic.Int64
 }
@@ -190,12 +188,10 @@ func NewCommitter(db *pgxpool.Pool, shard int, opts CommitterOptions) *Committer
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultCommitTimeout
 	}
-	c := &Committer{db: db, shard: shard, opts: opts}
+	c := &Committer{db: db, shard: shard, opts: opts, in: newIntake(4*opts.MaxBatch, opts.MaxBatch/4)}
 	c.lastShard.Store(-1)
 	for range opts.Flushers {
-		q := make(chan *pending, 4*opts.MaxBatch)
-		c.queues = append(c.queues, q)
-		c.wg.Go(func() { c.flushLoop(q) })
+		c.wg.Go(c.flushLoop)
 	}
 	return c
 }
@@ -203,14 +199,7 @@ func NewCommitter(db *pgxpool.Pool, shard int, opts CommitterOptions) *Committer
 // Close stops taking starts, commits those already handed in and waits
 // for the flushers to end.
 func (c *Committer) Close() {
-	c.mu.Lock()
-	if !c.closed {
-		c.closed = true
-		for _, q := range c.queues {
-			close(q)
-		}
-	}
-	c.mu.Unlock()
+	c.in.close()
 	c.wg.Wait()
 }
 
@@ -233,27 +222,24 @@ func (c *Committer) Start(ctx context.Context, p StartParams) (StartResult, erro
 func (c *Committer) StartMany(ctx context.Context, ps []StartParams) []Outcome {
 	out := make([]Outcome, len(ps))
 	items := make([]*pending, len(ps))
-	c.mu.RLock()
 	for i := range ps {
 		it := &pending{p: ps[i], done: make(chan struct{})}
 		it.row, it.err = startRowOf(&it.p)
 		items[i] = it
-		switch {
-		case it.err != nil:
+		if it.err != nil {
 			close(it.done)
-		case c.closed:
+			continue
+		}
+		closed, err := c.in.push(ctx, it)
+		switch {
+		case err != nil:
+			it.err = err
+			close(it.done)
+		case closed:
 			it.err = ErrClosed
 			close(it.done)
-		default:
-			select {
-			case c.queueOf(it.p.Tenant) <- it:
-			case <-ctx.Done():
-				it.err = ctx.Err()
-				close(it.done)
-			}
 		}
 	}
-	c.mu.RUnlock()
 	for i, it := range items {
 		select {
 		case <-it.done:
@@ -265,56 +251,16 @@ func (c *Committer) StartMany(ctx context.Context, ps []StartParams) []Outcome {
 	return out
 }
 
-// queueOf is the queue of the flusher that writes the tenant's starts.
-func (c *Committer) queueOf(tenant string) chan *pending {
-	if len(c.queues) == 1 {
-		return c.queues[0]
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(tenant))
-	return c.queues[h.Sum32()%uint32(len(c.queues))]
-}
-
-func (c *Committer) flushLoop(queue chan *pending) {
-	for first := range queue {
-		batch := []*pending{first}
-		batch = c.gather(queue, batch)
+// flushLoop writes groups until the committer is closed and drained.
+func (c *Committer) flushLoop() {
+	for {
+		batch := c.in.take(c.opts.MaxBatch, c.opts.Linger)
+		if batch == nil {
+			return
+		}
 		c.flush(batch)
+		c.in.release(batch)
 	}
-}
-
-// gather adds what is already queued, up to MaxBatch, lingering if asked.
-func (c *Committer) gather(queue chan *pending, batch []*pending) []*pending {
-	var linger <-chan time.Time
-	for len(batch) < c.opts.MaxBatch {
-		select {
-		case it, ok := <-queue:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, it)
-			continue
-		default:
-		}
-		if c.opts.Linger <= 0 {
-			return batch
-		}
-		if linger == nil {
-			t := time.NewTimer(c.opts.Linger)
-			defer t.Stop()
-			linger = t.C
-		}
-		select {
-		case it, ok := <-queue:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, it)
-		case <-linger:
-			return batch
-		}
-	}
-	return batch
 }
 
 func (c *Committer) flush(items []*pending) {

@@ -48,6 +48,9 @@ type Config struct {
 	// tenant i mod Tenants (1: every client is the same tenant, the case
 	// where all starts contend for one tenant's count).
 	Tenants int
+	// Flushers, when positive, overrides the gateway's start groups in
+	// flight per shard.
+	Flushers int
 	// Out receives one JSON line per transport; Log progress (may be nil).
 	Out io.Writer
 	Log io.Writer
@@ -162,6 +165,9 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 	// The bench measures the start path, not admission: raise the system
 	// limit explicitly so no start is refused.
 	gcfg.MaxRuns = 1 << 30
+	if cfg.Flushers > 0 {
+		gcfg.GroupFlushers = cfg.Flushers
+	}
 	gw, err := gateway.New(gateway.Options{Config: gcfg, Tokens: auth.NewStore(set), NATS: gwConn,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
