@@ -25,9 +25,10 @@ import (
 // Defaults of CommitterOptions.
 const (
 	// DefaultMaxBatch keeps a group under PostgreSQL's cache of 64
-	// subtransactions per transaction: every start runs under its own
-	// savepoint, and a transaction with more subtransactions than the
-	// cache holds makes every other session's visibility checks slower.
+	// subtransactions per transaction: when a group's statement fails, its
+	// starts are written again each under its own savepoint, and a
+	// transaction with more subtransactions than the cache holds makes
+	// every other session's visibility checks slower.
 	DefaultMaxBatch = 48
 	// DefaultFlushers lets one group execute while the previous one waits
 	// for its commit to reach the disk, when enough starts wait for two

@@ -3,12 +3,14 @@ package runstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/harvest-run/harvest/pkg/api"
 )
@@ -269,4 +271,49 @@ func TestGroupQueueBusy(t *testing.T) {
 	}
 	require.Equal(t, map[string]bool{"a1": false, "a2": true, "later": false, "b1": false}, busy)
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM tasks WHERE state = 'scheduled'`))
+}
+
+// Many callers of several tenants through several flushers: each tenant's
+// limit holds exactly, every admitted start has its run, task and count,
+// and the flushers end with Close. Not parallel, so the goroutine check
+// sees only this test's.
+func TestCommitterConcurrentTenantsKeepLimits(t *testing.T) {
+	t.Cleanup(func() { goleak.VerifyNone(t, goleak.IgnoreCurrent()) })
+	b := setup(t)
+	const tenants, perTenant, limit = 5, 30, 24
+	c := NewCommitter(b.db, 1, CommitterOptions{Flushers: 3, MaxBatch: 8, Admitter: &recorder{limit: limit}})
+	var admitted, refused sync.Map
+	var callers sync.WaitGroup
+	for caller := range 10 {
+		callers.Go(func() {
+			tenant := fmt.Sprint("tenant", caller%tenants)
+			for i := range perTenant / 2 {
+				id := fmt.Sprintf("c%d-%d", caller, i)
+				_, err := c.Start(b.ctx, params(t, tenant, id))
+				var ae *api.Error
+				switch {
+				case err == nil:
+					admitted.Store(tenant+"/"+id, true)
+				case errors.As(err, &ae) && ae.Code == api.CodeOverLimit:
+					refused.Store(tenant+"/"+id, true)
+				default:
+					t.Errorf("start %s/%s: %v", tenant, id, err)
+				}
+			}
+		})
+	}
+	callers.Wait()
+	c.Close()
+	for i := range tenants {
+		tenant := fmt.Sprint("tenant", i)
+		require.Equal(t, limit, b.count(t, `SELECT count(*) FROM runs WHERE tenant = $1`, tenant))
+		require.Equal(t, limit, b.count(t, `SELECT running FROM tenant_running WHERE tenant = $1`, tenant))
+	}
+	n := 0
+	admitted.Range(func(any, any) bool { n++; return true })
+	require.Equal(t, tenants*limit, n)
+	require.Equal(t, tenants*limit, b.count(t, `SELECT count(*) FROM tasks`))
+	require.Equal(t, tenants*limit, b.count(t, `SELECT pending FROM fair_state WHERE queue = 'shared'`))
+	_, err := c.Start(b.ctx, params(t, "tenant0", "after-close"))
+	require.ErrorIs(t, err, ErrClosed)
 }
