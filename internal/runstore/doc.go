@@ -9,7 +9,9 @@
 // trip, otherwise each new run is put to the Admitter with the counts it
 // would have had alone. A refused start is rolled back alone, and a start
 // the database refuses is isolated by writing the group start by start,
-// each under a savepoint. Start and StartTx write a single start.
+// each under a savepoint. The Committer's flushers share one queue that
+// keeps each tenant in one group at a time (intake.go). Start and StartTx
+// write a single start.
 //
 // Cancel takes a run's tasks out of play by marking them done: the schema's
 // trigger on tasks (harvest_tasks_summary, which calls harvest_key_leave)
