@@ -13,7 +13,7 @@ import (
 
 func runBenchStarts(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "bench starts",
-		"bench starts [--transports http,nats] [--clients 8] [--duration 10s] [--warmup 2s] [--keys 1] [--tenants 1] [--flushers N] [--cpuprofile FILE] [--quiet]")
+		"bench starts [--transports http,nats] [--clients 8] [--duration 10s] [--warmup 2s] [--keys 1] [--tenants 1] [--flushers N] [--group-max N] [--cpuprofile FILE] [--quiet]")
 	transports := fs.String("transports", "http,nats", "transports to measure, in order (comma-separated: http, nats)")
 	clients := fs.Int("clients", 8, "concurrent clients, each starting runs in a closed loop")
 	duration := fs.Duration("duration", 10*time.Second, "measured time per transport")
@@ -21,6 +21,7 @@ func runBenchStarts(ctx context.Context, e env, args []string) error {
 	keys := fs.Int("keys", 1, "fairness keys the starts are spread over")
 	tenants := fs.Int("tenants", 1, "tenants the clients are spread over (client i is tenant i mod N)")
 	flushers := fs.Int("flushers", 0, "start groups in flight per shard (0: the gateway's default, HARVEST_GATEWAY_GROUP_FLUSHERS)")
+	groupMax := fs.Int("group-max", 0, "most starts per transaction (0: the gateway's default, HARVEST_GATEWAY_GROUP_MAX; 1: a commit per start)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (clients and gateway) to this file")
 	if err := parseFlags(fs, args); err != nil {
@@ -35,11 +36,14 @@ func runBenchStarts(ctx context.Context, e env, args []string) error {
 	if *flushers < 0 {
 		return usageError{"--flushers: must not be negative"}
 	}
+	if *groupMax < 0 || *groupMax > 60 {
+		return usageError{"--group-max: must be from 0 to 60"}
+	}
 	if *duration <= 0 {
 		return usageError{"--duration: must be positive"}
 	}
 	cfg := startbench.Config{
-		Clients: *clients, Duration: *duration, Warmup: *warmup, Keys: *keys, Tenants: *tenants, Flushers: *flushers,
+		Clients: *clients, Duration: *duration, Warmup: *warmup, Keys: *keys, Tenants: *tenants, Flushers: *flushers, GroupMax: *groupMax,
 		NATSURL: os.Getenv("HARVEST_NATS_URL"), Out: e.stdout, Log: e.stderr,
 	}
 	for _, t := range strings.Split(*transports, ",") {

@@ -51,6 +51,9 @@ type Config struct {
 	// Flushers, when positive, overrides the gateway's start groups in
 	// flight per shard.
 	Flushers int
+	// GroupMax, when positive, overrides the most starts per transaction
+	// (1: a commit per start).
+	GroupMax int
 	// Out receives one JSON line per transport; Log progress (may be nil).
 	Out io.Writer
 	Log io.Writer
@@ -167,6 +170,9 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 	gcfg.MaxRuns = 1 << 30
 	if cfg.Flushers > 0 {
 		gcfg.GroupFlushers = cfg.Flushers
+	}
+	if cfg.GroupMax > 0 {
+		gcfg.GroupMax = cfg.GroupMax
 	}
 	gw, err := gateway.New(gateway.Options{Config: gcfg, Tokens: auth.NewStore(set), NATS: gwConn,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
