@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,6 +115,7 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	logf("startbench: database %s (dropped at the end)", databaseName(dbURL))
 	defer func() { err = errors.Join(err, drop()) }()
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
@@ -350,4 +352,13 @@ func redact(raw string) string {
 		return u.Redacted()
 	}
 	return raw
+}
+
+// databaseName is the database a URL names.
+func databaseName(dbURL string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimPrefix(u.Path, "/")
 }
