@@ -48,8 +48,9 @@ func (q *intake) notifyLocked() {
 	q.changed = make(chan struct{})
 }
 
-// push queues it, waiting for room while the queue is full. It reports
-// false, queuing nothing, when ctx ends first or the intake is closed.
+// push queues it, waiting for room while the queue is full. When ctx ends
+// first it returns ctx's error, and when the intake is closed it returns
+// closed; either way nothing is queued.
 func (q *intake) push(ctx context.Context, it *pending) (closed bool, err error) {
 	select {
 	case q.slots <- struct{}{}:
