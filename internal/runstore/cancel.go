@@ -31,7 +31,22 @@ type CancelResult struct {
 // cancelled and the tenant's running count drops. Cancelling a cancelled
 // run returns it unchanged; a completed or failed run gives ErrFinished; an
 // unknown id (or another tenant's) gives ErrNotFound.
+//
+// A transaction the database breaks (a deadlock: a cancel locks the key's
+// summary row before the tenant's count row, a start group the other way
+// round) is tried again, up to the committer's attempts: the broken attempt
+// was rolled back whole, so the next one starts afresh.
 func Cancel(ctx context.Context, db Beginner, tenant, id string, shard int, reason string) (CancelResult, error) {
+	for attempt := 1; ; attempt++ {
+		res, err := cancelOnce(ctx, db, tenant, id, shard, reason)
+		if err == nil || !retryable(err) || attempt == maxTxAttempts || ctx.Err() != nil {
+			return res, err
+		}
+	}
+}
+
+// cancelOnce is one attempt of Cancel, in one transaction.
+func cancelOnce(ctx context.Context, db Beginner, tenant, id string, shard int, reason string) (CancelResult, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return CancelResult{}, fmt.Errorf("runstore: begin: %w", err)
