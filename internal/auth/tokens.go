@@ -120,11 +120,13 @@ type TokenSet struct {
 	digest  [sha256.Size]byte // of the bytes the set was parsed from
 }
 
-// fileEntry is the JSON form of one token.
-type fileEntry struct {
+// FileEntry is the JSON form of one token in a tokens file, for programs
+// that write one (benchmarks, test fleets). SHA256 is HashSecret of the
+// secret; Tenant is empty for an administrator.
+type FileEntry struct {
 	Name       string   `json:"name"`
 	SHA256     string   `json:"sha256"`
-	Tenant     string   `json:"tenant"`
+	Tenant     string   `json:"tenant,omitempty"`
 	Privileges []string `json:"privileges"`
 }
 
@@ -172,7 +174,7 @@ func ParseTokens(data []byte) (*TokenSet, error) {
 }
 
 func parseEntry(i int, raw json.RawMessage) (Token, error) {
-	var e fileEntry
+	var e FileEntry
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&e); err != nil {

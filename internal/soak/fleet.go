@@ -264,27 +264,21 @@ func (f *Fleet) StartNATS() error { return f.startNATS(f.natsPort) }
 func (f *Fleet) NATSURL() string { return f.natsURL }
 
 func (f *Fleet) writeTokens() error {
-	type entry struct {
-		Name       string   `json:"name"`
-		Tenant     string   `json:"tenant,omitempty"`
-		SHA256     string   `json:"sha256"`
-		Privileges []string `json:"privileges"`
-	}
-	var list []entry
+	var list []auth.FileEntry
 	for _, t := range f.opts.Tenants {
 		s, err := auth.NewSecret()
 		if err != nil {
 			return err
 		}
 		f.secrets[t] = s
-		list = append(list, entry{Name: t + "-load", Tenant: t, SHA256: auth.HashSecret(s), Privileges: []string{"runs:start", "runs:read"}})
+		list = append(list, auth.FileEntry{Name: t + "-load", Tenant: t, SHA256: auth.HashSecret(s), Privileges: []string{"runs:start", "runs:read"}})
 	}
 	s, err := auth.NewSecret()
 	if err != nil {
 		return err
 	}
 	f.adminSecret = s
-	list = append(list, entry{Name: "soak-admin", SHA256: auth.HashSecret(s),
+	list = append(list, auth.FileEntry{Name: "soak-admin", SHA256: auth.HashSecret(s),
 		Privileges: []string{"weights:read", "weights:write", "config:read", "config:write"}})
 	b, err := json.Marshal(list)
 	if err != nil {

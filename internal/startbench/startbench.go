@@ -141,13 +141,7 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 	}
 	defer gwConn.Close()
 
-	type token struct {
-		Name       string   `json:"name"`
-		Tenant     string   `json:"tenant"`
-		SHA256     string   `json:"sha256"`
-		Privileges []string `json:"privileges"`
-	}
-	var tokens []token
+	var tokens []auth.FileEntry
 	var secrets []string
 	for i := range cfg.Tenants {
 		secret, err := auth.NewSecret()
@@ -155,7 +149,7 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 			return nil, err
 		}
 		secrets = append(secrets, secret)
-		tokens = append(tokens, token{Name: tenantName(i, cfg.Tenants), Tenant: tenantName(i, cfg.Tenants),
+		tokens = append(tokens, auth.FileEntry{Name: tenantName(i, cfg.Tenants), Tenant: tenantName(i, cfg.Tenants),
 			SHA256: auth.HashSecret(secret), Privileges: []string{"runs:start", "runs:read"}})
 	}
 	tokensJSON, err := json.Marshal(tokens)
