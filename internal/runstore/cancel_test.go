@@ -48,6 +48,6 @@ func TestCancelSurvivesDeadlockWithStart(t *testing.T) {
 	old, err := Get(b.ctx, b.db, "acme", "old", 1)
 	require.NoError(t, err)
 	require.Equal(t, api.StatusCancelled, old.Status)
-	require.Equal(t, 1, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+	require.Equal(t, 1, b.running(t, "acme"))
 	require.Equal(t, 1, b.count(t, `SELECT pending FROM fair_state WHERE queue = 'shared'`))
 }

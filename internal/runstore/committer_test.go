@@ -128,8 +128,8 @@ func TestGroupAdmissionSeesSequentialCounts(t *testing.T) {
 				}
 			}
 			require.Equal(t, tc.want, got)
-			require.Equal(t, tc.want["a3"][0], b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
-			require.Equal(t, 4, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'globex'`))
+			require.Equal(t, tc.want["a3"][0], b.running(t, "acme"))
+			require.Equal(t, 4, b.running(t, "globex"))
 		})
 	}
 }
@@ -164,8 +164,8 @@ func TestGroupRefusalLeavesNothingBehind(t *testing.T) {
 				require.ErrorAs(t, out[i].Err, &ae, "start %d", i)
 				require.Equal(t, api.CodeOverLimit, ae.Code)
 			}
-			require.Equal(t, 2, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
-			require.Equal(t, 1, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'globex'`))
+			require.Equal(t, 2, b.running(t, "acme"))
+			require.Equal(t, 1, b.running(t, "globex"))
 			require.Equal(t, 3, b.count(t, `SELECT count(*) FROM runs`))
 			require.Equal(t, 3, b.count(t, `SELECT count(*) FROM tasks`))
 			require.Equal(t, 3, b.count(t, `SELECT pending FROM fair_state WHERE queue = 'shared'`))
@@ -196,7 +196,7 @@ func TestGuardedGroupCommitsWithoutAsking(t *testing.T) {
 	}
 	require.Empty(t, g.asked())
 	require.Equal(t, 3, g.admitted)
-	require.Equal(t, 2, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+	require.Equal(t, 2, b.running(t, "acme"))
 }
 
 // A start the database refuses is rolled back alone; the others of its
@@ -220,7 +220,7 @@ func TestGroupStatementErrorFailsOneStart(t *testing.T) {
 			require.NoError(t, out[2].Err)
 			require.Equal(t, 2, b.count(t, `SELECT count(*) FROM runs`))
 			require.Equal(t, 2, b.count(t, `SELECT count(*) FROM tasks`))
-			require.Equal(t, 2, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+			require.Equal(t, 2, b.running(t, "acme"))
 		})
 	}
 }
@@ -248,7 +248,7 @@ func TestGroupReplaysAndConflicts(t *testing.T) {
 	require.True(t, out[4].Result.Created, "ids are per tenant")
 	require.Equal(t, out[0].Result.Run.CreatedAt, out[1].Result.Run.CreatedAt)
 	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM runs`))
-	require.Equal(t, 2, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+	require.Equal(t, 2, b.running(t, "acme"))
 }
 
 // A start whose queue had no pending task is told so (it is worth a
@@ -307,7 +307,7 @@ func TestCommitterConcurrentTenantsKeepLimits(t *testing.T) {
 	for i := range tenants {
 		tenant := fmt.Sprint("tenant", i)
 		require.Equal(t, limit, b.count(t, `SELECT count(*) FROM runs WHERE tenant = $1`, tenant))
-		require.Equal(t, limit, b.count(t, `SELECT running FROM tenant_running WHERE tenant = $1`, tenant))
+		require.Equal(t, limit, b.running(t, tenant))
 	}
 	n := 0
 	admitted.Range(func(any, any) bool { n++; return true })

@@ -53,6 +53,12 @@ func (b bundle) start(t *testing.T, o startOpts) (StartResult, error) {
 	return Start(b.ctx, b.db, StartParams{Tenant: o.Tenant, Shard: 1, Req: req})
 }
 
+// running is the tenant's count of unfinished runs on the shard.
+func (b bundle) running(t *testing.T, tenant string) int {
+	t.Helper()
+	return b.count(t, `SELECT running FROM tenant_running WHERE tenant = $1`, tenant)
+}
+
 func (b bundle) count(t *testing.T, query string, args ...any) int {
 	t.Helper()
 	var n int
@@ -78,7 +84,7 @@ func TestStartWritesRunTaskAndCount(t *testing.T) {
 	require.False(t, run.CreatedAt.IsZero())
 
 	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM tasks WHERE fairness_key = 'tenant-42'`))
-	require.Equal(t, 1, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+	require.Equal(t, 1, b.running(t, "acme"))
 
 	got, err := Get(b.ctx, b.db, "acme", "r1", 1)
 	require.NoError(t, err)
@@ -109,7 +115,7 @@ func TestStartReplayAndConflict(t *testing.T) {
 
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM runs`))
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM tasks`))
-	require.Equal(t, 1, b.count(t, `SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+	require.Equal(t, 1, b.running(t, "acme"))
 }
 
 // Many starts of one id at the same instant make exactly one run.
