@@ -229,13 +229,12 @@ func runPoint(ctx context.Context, cfg ClaimConfig, backlog, keys int) (_ []Clai
 // fill writes the skewed backlog: one run per task; one heavy key holds
 // heavy of the rows, the rest go round the light keys, interleaved with the
 // heavy rows (every tenth row is light at 90%). Due times follow ids. The
-// summary trigger is off during the bulk insert and the summaries are
-// rebuilt in one statement afterwards.
+// arrival trigger is off during the bulk insert and the key heads are
+// rebuilt by one repair afterwards.
 func fill(ctx context.Context, db *pgxpool.Pool, backlog, keys int, heavy float64) error {
 	every := 1 / (1 - heavy)
 	stmts := []string{
-		`ALTER TABLE tasks DISABLE TRIGGER tasks_summary`,
-		`ALTER TABLE tasks DISABLE TRIGGER tasks_summary_insert`,
+		`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`,
 		fmt.Sprintf(`INSERT INTO runs (tenant, id, name, queue, request_hash, status)
 			SELECT 'bench', g::text, 'bench', 'bench', '\x00', 'queued' FROM generate_series(1, %d) g`, backlog),
 		fmt.Sprintf(`INSERT INTO tasks (run_pk, queue, fairness_key, state, due_at)
@@ -243,9 +242,8 @@ func fill(ctx context.Context, db *pgxpool.Pool, backlog, keys int, heavy float6
 			       CASE WHEN mod(r.pk - 1, %[2]d) = 0 THEN 'light-' || mod((r.pk - 1) / %[2]d, %[1]d) ELSE 'heavy' END,
 			       'pending', timestamptz '2026-01-01 00:00:00+00' + r.pk * interval '1 millisecond'
 			FROM runs r ORDER BY r.pk`, keys, int(every+0.5)),
-		`ALTER TABLE tasks ENABLE TRIGGER tasks_summary`,
-		`ALTER TABLE tasks ENABLE TRIGGER tasks_summary_insert`,
-		`SELECT harvest_rebuild_summary('bench')`,
+		`ALTER TABLE tasks ENABLE TRIGGER tasks_arrive_insert`,
+		`SELECT harvest_fair_repair('bench')`,
 		`VACUUM ANALYZE runs`,
 		`VACUUM ANALYZE tasks`,
 		`VACUUM ANALYZE fair_state`,

@@ -156,20 +156,18 @@ func freshDatabase(ctx context.Context, serverURL, prefix string) (string, func(
 }
 
 // fill pre-inserts the flood: one run and one pending task per row, all of
-// one tenant and key, as the start path would write them. The summary
-// trigger is off for the bulk insert and the key summary is rebuilt once.
+// one tenant and key, as the start path would write them. The arrival
+// trigger is off for the bulk insert and the key's head is rebuilt once.
 func fill(ctx context.Context, db *pgxpool.Pool, n int) error {
 	for _, s := range []string{
-		`ALTER TABLE tasks DISABLE TRIGGER tasks_summary`,
-		`ALTER TABLE tasks DISABLE TRIGGER tasks_summary_insert`,
+		`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`,
 		fmt.Sprintf(`INSERT INTO runs (tenant, id, name, queue, fairness_key, request_hash, status)
 			SELECT '%s', 'flood-' || g, 'echo', '%s', '%s', '\x00', 'queued' FROM generate_series(1, %d) g`,
 			floodTenant, queue, floodKey, n),
 		fmt.Sprintf(`INSERT INTO tasks (run_pk, queue, fairness_key, state)
 			SELECT pk, '%s', '%s', 'pending' FROM runs ORDER BY pk`, queue, floodKey),
-		`ALTER TABLE tasks ENABLE TRIGGER tasks_summary`,
-		`ALTER TABLE tasks ENABLE TRIGGER tasks_summary_insert`,
-		fmt.Sprintf(`SELECT harvest_rebuild_summary('%s')`, queue),
+		`ALTER TABLE tasks ENABLE TRIGGER tasks_arrive_insert`,
+		fmt.Sprintf(`SELECT harvest_fair_repair('%s')`, queue),
 		fmt.Sprintf(`INSERT INTO tenant_running (tenant, running) VALUES ('%s', %d)`, floodTenant, n),
 		`VACUUM ANALYZE runs`,
 		`VACUUM ANALYZE tasks`,
@@ -392,17 +390,19 @@ poll:
 			break poll
 		case <-tick.C:
 		}
-		var pending, running int
-		err := db.QueryRow(ctx, `SELECT coalesce((SELECT pending FROM fair_state WHERE queue = $1 AND key = $2 AND head_id IS NOT NULL), 0),
-			(SELECT count(*) FROM tasks WHERE state = 'running' AND fairness_key = $2)`, queue, floodKey).Scan(&pending, &running)
+		// The flood tenant's running count is its unfinished runs: one
+		// row to read, whatever the backlog.
+		var unfinished int
+		err := db.QueryRow(ctx, `SELECT coalesce((SELECT running FROM tenant_running WHERE tenant = $1), 0)`,
+			floodTenant).Scan(&unfinished)
 		if err != nil {
 			stopLight()
 			return res, fmt.Errorf("progress: %w", err)
 		}
 		if bar != nil {
-			_ = bar.Set64(int64(cfg.Flood - pending - running))
+			_ = bar.Set64(int64(cfg.Flood - unfinished))
 		}
-		if pending == 0 && running == 0 {
+		if unfinished == 0 {
 			res.Drained = true
 			break
 		}

@@ -168,7 +168,7 @@ func TestGroupRefusalLeavesNothingBehind(t *testing.T) {
 			require.Equal(t, 1, b.running(t, "globex"))
 			require.Equal(t, 3, b.count(t, `SELECT count(*) FROM runs`))
 			require.Equal(t, 3, b.count(t, `SELECT count(*) FROM tasks`))
-			require.Equal(t, 3, b.count(t, `SELECT pending FROM fair_state WHERE queue = 'shared'`))
+			require.Equal(t, 3, b.count(t, `SELECT count(*) FROM tasks WHERE queue = 'shared' AND state = 'pending'`))
 			require.Zero(t, b.count(t, `SELECT count(*) FROM runs WHERE id IN ('r3', 'r4')`))
 			if guarded {
 				require.Zero(t, g.admitted, "no group passed the guard")
@@ -313,7 +313,7 @@ func TestCommitterConcurrentTenantsKeepLimits(t *testing.T) {
 	admitted.Range(func(any, any) bool { n++; return true })
 	require.Equal(t, tenants*limit, n)
 	require.Equal(t, tenants*limit, b.count(t, `SELECT count(*) FROM tasks`))
-	require.Equal(t, tenants*limit, b.count(t, `SELECT pending FROM fair_state WHERE queue = 'shared'`))
+	require.Equal(t, tenants*limit, b.count(t, `SELECT count(*) FROM tasks WHERE queue = 'shared' AND state = 'pending'`))
 	_, err := c.Start(b.ctx, params(t, "tenant0", "after-close"))
 	require.ErrorIs(t, err, ErrClosed)
 }

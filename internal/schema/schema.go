@@ -2,7 +2,10 @@ package schema
 
 import (
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -13,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql functions/*.sql
 var files embed.FS
 
 // lockKey is the advisory lock every migrating process takes, so that two
@@ -25,6 +28,13 @@ type Migration struct {
 	Version int
 	Name    string
 	SQL     string
+}
+
+// Function is one file of functions/: a function, and its trigger when it
+// is a trigger function.
+type Function struct {
+	Name string
+	SQL  string
 }
 
 // Migrations returns the embedded migrations in the order they apply.
@@ -59,6 +69,38 @@ func Migrations() ([]Migration, error) {
 	return out, nil
 }
 
+// Functions returns the embedded function files in name order.
+func Functions() ([]Function, error) {
+	entries, err := fs.ReadDir(files, "functions")
+	if err != nil {
+		return nil, fmt.Errorf("schema: read functions: %w", err)
+	}
+	out := make([]Function, 0, len(entries))
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".sql")
+		if !ok {
+			return nil, fmt.Errorf("schema: function file %q: want <name>.sql", e.Name())
+		}
+		body, err := files.ReadFile(path.Join("functions", e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("schema: read %s: %w", e.Name(), err)
+		}
+		out = append(out, Function{Name: name, SQL: string(body)})
+	}
+	return out, nil
+}
+
+// functionsDigest identifies the text of every function file, so that an
+// unchanged set is not applied again (which would make every session
+// re-plan its statements).
+func functionsDigest(fns []Function) string {
+	h := sha256.New()
+	for _, f := range fns {
+		fmt.Fprintf(h, "%s\x00%d\x00%s", f.Name, len(f.SQL), f.SQL)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // Latest is the version a fully migrated shard reports.
 func Latest() int {
 	ms, err := Migrations()
@@ -73,13 +115,24 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Migrate applies every migration the shard lacks, in one transaction under
-// an advisory lock, and returns the shard's version afterwards. Running it on
-// an up-to-date shard changes nothing. A shard already migrated by a newer
-// release reports its newer version and is left alone: migrations are
+// ErrPreBaseline is returned by Migrate for a shard whose schema was made
+// by a development build from before the migrations were squashed into one
+// baseline: nothing was released then, so such a shard is recreated rather
+// than upgraded.
+var ErrPreBaseline = errors.New("schema: the shard was created by a development build older than the schema baseline; drop and recreate its database")
+
+// Migrate applies every migration the shard lacks and then every function
+// whose text changed, in one transaction under an advisory lock, and
+// returns the shard's version afterwards. Running it on an up-to-date shard
+// changes nothing. A shard already migrated by a newer release reports its
+// newer version and is left alone, functions included: migrations are
 // additive, so an older binary keeps running against it.
 func Migrate(ctx context.Context, db Beginner) (int, error) {
 	ms, err := Migrations()
+	if err != nil {
+		return 0, err
+	}
+	fns, err := Functions()
 	if err != nil {
 		return 0, err
 	}
@@ -99,22 +152,42 @@ func Migrate(ctx context.Context, db Beginner) (int, error) {
 	)`); err != nil {
 		return 0, fmt.Errorf("schema: create schema_migrations: %w", err)
 	}
-	applied := map[int]bool{}
-	rows, err := tx.Query(ctx, `SELECT version FROM schema_migrations`)
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_functions (
+		one        boolean     PRIMARY KEY DEFAULT true CHECK (one),
+		digest     text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now()
+	)`); err != nil {
+		return 0, fmt.Errorf("schema: create schema_functions: %w", err)
+	}
+	rows, err := tx.Query(ctx, `SELECT version, name FROM schema_migrations`)
 	if err != nil {
 		return 0, fmt.Errorf("schema: read applied versions: %w", err)
 	}
-	versions, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	type applied struct {
+		Version int32
+		Name    string
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowToStructByName[applied])
 	if err != nil {
 		return 0, fmt.Errorf("schema: read applied versions: %w", err)
 	}
-	version := 0
-	for _, v := range versions {
-		applied[int(v)] = true
-		version = max(version, int(v))
-	}
+	names := map[int]string{}
 	for _, m := range ms {
-		if applied[m.Version] {
+		names[m.Version] = m.Name
+	}
+	have := map[int]bool{}
+	version := 0
+	for _, a := range done {
+		v := int(a.Version)
+		if n, ok := names[v]; ok && n != a.Name {
+			return 0, fmt.Errorf("%w (it records migration %d as %q, this build has %q)", ErrPreBaseline, v, a.Name, n)
+		}
+		have[v] = true
+		version = max(version, v)
+	}
+	newer := version > Latest()
+	for _, m := range ms {
+		if have[m.Version] {
 			continue
 		}
 		if _, err := tx.Exec(ctx, m.SQL); err != nil {
@@ -125,8 +198,42 @@ func Migrate(ctx context.Context, db Beginner) (int, error) {
 		}
 		version = max(version, m.Version)
 	}
+	if !newer {
+		if err := applyFunctions(ctx, tx, fns); err != nil {
+			return 0, err
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return 0, fmt.Errorf("schema: commit: %w", err)
 	}
 	return version, nil
+}
+
+// applyFunctions (re)creates every function and trigger when the set
+// changed since it was last applied. Bodies are not checked at creation
+// (check_function_bodies off), since a function may call one whose file
+// comes later; the tests call every one of them.
+func applyFunctions(ctx context.Context, tx pgx.Tx, fns []Function) error {
+	digest := functionsDigest(fns)
+	var current string
+	err := tx.QueryRow(ctx, `SELECT digest FROM schema_functions`).Scan(&current)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("schema: read functions digest: %w", err)
+	}
+	if current == digest {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL check_function_bodies = off`); err != nil {
+		return fmt.Errorf("schema: %w", err)
+	}
+	for _, f := range fns {
+		if _, err := tx.Exec(ctx, f.SQL); err != nil {
+			return fmt.Errorf("schema: apply function %s: %w", f.Name, err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO schema_functions (digest) VALUES ($1)
+		ON CONFLICT (one) DO UPDATE SET digest = excluded.digest, applied_at = now()`, digest); err != nil {
+		return fmt.Errorf("schema: record functions digest: %w", err)
+	}
+	return nil
 }

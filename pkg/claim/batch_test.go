@@ -14,21 +14,20 @@ import (
 
 // keySummary is a key's summary row as stored.
 type keySummary struct {
-	Key     string
-	Pending int
-	HeadID  *int64
-	InDebt  bool
+	Key    string
+	HeadID *int64
+	InDebt bool
 }
 
 func (b *bundle) summaries() []keySummary {
 	b.t.Helper()
-	rows, err := b.db.Query(b.ctx, `SELECT key, pending, head_id, in_debt FROM fair_state ORDER BY queue, key`)
+	rows, err := b.db.Query(b.ctx, `SELECT key, head_id, in_debt FROM fair_state ORDER BY queue, key`)
 	require.NoError(b.t, err)
 	defer rows.Close()
 	var out []keySummary
 	for rows.Next() {
 		var s keySummary
-		require.NoError(b.t, rows.Scan(&s.Key, &s.Pending, &s.HeadID, &s.InDebt))
+		require.NoError(b.t, rows.Scan(&s.Key, &s.HeadID, &s.InDebt))
 		out = append(out, s)
 	}
 	require.NoError(b.t, rows.Err())

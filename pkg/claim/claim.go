@@ -40,6 +40,10 @@ var (
 	sqlTaskPromoteDue    = mustSQL("TaskPromoteDue")
 	sqlFairStatePrune    = mustSQL("FairStatePrune")
 	sqlFairStateList     = mustSQL("FairStateList")
+	sqlFairStateRepair   = mustSQL("FairStateRepair")
+	sqlFairQueues        = mustSQL("FairQueues")
+	sqlTaskQueues        = mustSQL("TaskQueues")
+	sqlWalFlush          = mustSQL("WalFlush")
 )
 
 // DB is what the package needs of a connection: *pgxpool.Pool, *pgx.Conn
@@ -142,12 +146,20 @@ func (r Request) validate() error {
 // Claim takes one task from req.Queue: the fair claim when req.Fair is set,
 // the ordinary claim otherwise. It is one statement; run it on a pool (it
 // commits at once) or in a transaction of your own.
+//
+// The fair claims of a queue take turns on the queue's fair lock, so each
+// one sees every charge committed before it and they follow the fair order
+// exactly, whatever the number of claimers. On a pool or connection the
+// claim commits without waiting for the WAL flush, which frees the lock
+// for the next claimer at once, and then waits for a flush in a statement
+// of its own before it returns the task. In a caller's transaction the lock
+// is held until that transaction ends: keep such transactions short.
 func Claim(ctx context.Context, db DB, req Request) (Result, error) {
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
 	now, lease := req.args()
-	return claimOne(ctx, db, "claim", sqlTaskClaim, req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, nil)
+	return claimOne(ctx, db, "claim", req, now, lease, nil)
 }
 
 // ClaimByID takes the named task if it is still pending and due in
@@ -159,25 +171,49 @@ func ClaimByID(ctx context.Context, db DB, id int64, req Request) (Result, error
 		return Result{}, err
 	}
 	now, lease := req.args()
-	return claimOne(ctx, db, "claim by id", sqlTaskClaim, req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, id)
+	return claimOne(ctx, db, "claim by id", req, now, lease, id)
+}
+
+// releaseEarly reports whether a fair claim on db may commit before its WAL
+// flush: only when it runs in a transaction of its own.
+func releaseEarly(db DB, fair bool) bool {
+	_, inTx := db.(pgx.Tx)
+	return fair && !inTx
+}
+
+// waitDurable waits until every commit made so far is flushed, when the
+// claim released its lock before its own flush.
+func waitDurable(ctx context.Context, db DB, early bool, op string) error {
+	if !early {
+		return nil
+	}
+	if _, err := db.Exec(ctx, sqlWalFlush); err != nil {
+		return mapError(op+": wait for the commit to be durable", err)
+	}
+	return nil
 }
 
 // claimOne runs one claim statement. On a pool or connection a deadlock
 // (the statement had no effect) is retried up to three times; inside the
 // caller's transaction it is returned, since the transaction is aborted.
-func claimOne(ctx context.Context, db DB, op, q string, args ...any) (Result, error) {
+func claimOne(ctx context.Context, db DB, op string, req Request, now any, lease int64, id any) (Result, error) {
 	var res Result
 	var err error
+	early := releaseEarly(db, req.Fair)
 	tries := 3
 	if _, inTx := db.(pgx.Tx); inTx {
 		tries = 1
 	}
 	for attempt := 0; attempt < tries; attempt++ {
-		res, err = scanClaimed(db.QueryRow(ctx, q, args...))
+		res, err = scanClaimed(db.QueryRow(ctx, sqlTaskClaim, req.Queue, req.Worker, now, req.Fair,
+			req.AgingSecs, lease, id, early))
 		err = mapError(op, err)
 		if !errors.Is(err, ErrDeadlock) {
 			break
 		}
+	}
+	if err == nil && res.OK {
+		err = waitDurable(ctx, db, early, op)
 	}
 	return res, err
 }
@@ -185,7 +221,8 @@ func claimOne(ctx context.Context, db DB, op, q string, args ...any) (Result, er
 // ClaimBatch takes up to n tasks from req.Queue in one statement, each in
 // the order the single claim would take them; a fair batch charges the key
 // of every row taken. It returns the tasks taken and, when it stopped
-// because the rechecks refused the rest, those refusals.
+// because the rechecks refused the rest, those refusals. A fair batch is
+// one turn on the queue's fair lock (see Claim).
 func ClaimBatch(ctx context.Context, db DB, req Request, n int) ([]Result, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
@@ -194,6 +231,7 @@ func ClaimBatch(ctx context.Context, db DB, req Request, n int) ([]Result, error
 		return nil, nil
 	}
 	now, lease := req.args()
+	early := releaseEarly(db, req.Fair)
 	// As with a single claim, a deadlock (the statement had no effect) is
 	// sent again on a pool or connection, never inside the caller's
 	// transaction.
@@ -206,16 +244,19 @@ func ClaimBatch(ctx context.Context, db DB, req Request, n int) ([]Result, error
 		err error
 	)
 	for attempt := 0; attempt < tries; attempt++ {
-		out, err = claimBatchOnce(ctx, db, req, now, lease, n)
+		out, err = claimBatchOnce(ctx, db, req, now, lease, n, early)
 		if !errors.Is(err, ErrDeadlock) {
 			break
 		}
 	}
+	if err == nil && len(out) > 0 && out[0].OK {
+		err = waitDurable(ctx, db, early, "claim batch")
+	}
 	return out, err
 }
 
-func claimBatchOnce(ctx context.Context, db DB, req Request, now any, lease int64, n int) ([]Result, error) {
-	rows, err := db.Query(ctx, sqlTaskClaimBatch, req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, n)
+func claimBatchOnce(ctx context.Context, db DB, req Request, now any, lease int64, n int, early bool) ([]Result, error) {
+	rows, err := db.Query(ctx, sqlTaskClaimBatch, req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, n, early)
 	if err != nil {
 		return nil, mapError("claim batch", err)
 	}

@@ -1,0 +1,31 @@
+-- One claim from one queue: claim.Claim and claim.ClaimByID.
+--   p_now NULL: the database clock. Leases always use the database clock.
+--   p_task_id: claim that row only (dispatch channel).
+--   p_release_early: for a fair claim in a transaction of its own, commit
+--   without waiting for the WAL flush, so the queue's fair lock is free as
+--   soon as the commit record is written instead of after the flush. The
+--   caller must then wait for a flush (claim.Claim runs one) before it acts
+--   on the task: any transaction that saw this claim and commits later
+--   flushes it first, so nothing that depends on it can outlive a crash
+--   that loses it.
+-- A fair claim takes the queue's fair lock first, so the fair claims of a
+-- queue run one after the other, each against what the previous committed.
+CREATE OR REPLACE FUNCTION harvest_claim(p_queue text, p_worker text, p_now timestamptz, p_fair boolean,
+                                         p_aging integer, p_lease interval, p_task_id bigint,
+                                         p_release_early boolean)
+RETURNS harvest_claimed
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_fair THEN
+        PERFORM harvest_queue_lock(p_queue);
+        IF p_release_early THEN
+            PERFORM set_config('synchronous_commit', 'off', true);
+        END IF;
+    END IF;
+    PERFORM harvest_promote_due(p_queue, coalesce(p_now, now()), 1000);
+    IF p_fair THEN
+        PERFORM harvest_fair_fold(p_queue);
+    END IF;
+    RETURN harvest_claim_step(p_queue, p_worker, p_now, p_fair, p_aging, p_lease, p_task_id);
+END
+$$;

@@ -1,0 +1,54 @@
+-- Prune the fairness state of one queue. A row goes when its key has no
+-- pending or scheduled task in the queue, it was last charged at or before
+-- p_now - p_window (or never), and it is not the clock row (greatest
+-- (last_start, key) of the queue, compared bytewise), so V never falls in
+-- a live queue. A queue with no pending or scheduled task and no charge
+-- inside the window loses all its rows. Returns the rows with fairness
+-- state deleted; rows that only held a head go silently.
+--
+-- The real prune holds the queue's fair lock. With p_preview the same
+-- statement runs on a temporary copy of the queue's rows and takes no lock,
+-- so a claim never waits for a preview. p_now NULL means the database clock.
+CREATE OR REPLACE FUNCTION harvest_fair_prune(p_queue text, p_now timestamptz, p_window interval, p_preview boolean)
+RETURNS TABLE (queue text, key text)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_target text := 'public.fair_state';
+BEGIN
+    p_now := coalesce(p_now, now());
+    IF p_preview THEN
+        IF to_regclass('pg_temp.harvest_prune_preview') IS NOT NULL THEN
+            DROP TABLE pg_temp.harvest_prune_preview;
+        END IF;
+        CREATE TEMP TABLE harvest_prune_preview ON COMMIT DROP AS
+            SELECT * FROM fair_state f WHERE f.queue = p_queue;
+        v_target := 'pg_temp.harvest_prune_preview';
+    ELSE
+        PERFORM harvest_queue_lock(p_queue);
+    END IF;
+    RETURN QUERY EXECUTE format($q$
+        WITH clock AS (
+            SELECT c.key FROM %1$s c
+            WHERE c.queue = $3 AND c.charged_at IS NOT NULL
+            ORDER BY c.last_start DESC, c.key COLLATE "C" DESC
+            LIMIT 1
+        ), idle AS (
+            SELECT coalesce((SELECT max(g.charged_at) FROM %1$s g WHERE g.queue = $3), '-infinity') <= $1 - $2
+               AND NOT EXISTS (SELECT 1 FROM tasks x
+                               WHERE x.queue = $3 AND x.state IN ('pending', 'scheduled')) AS yes
+        ), gone AS (
+            DELETE FROM %1$s s
+            WHERE s.queue = $3
+              AND ((SELECT yes FROM idle)
+                   OR ((s.charged_at IS NULL OR s.charged_at <= $1 - $2)
+                       AND NOT EXISTS (SELECT 1 FROM tasks x
+                                       WHERE x.queue = s.queue AND x.fairness_key = s.key
+                                         AND x.state IN ('pending', 'scheduled'))
+                       AND s.key IS DISTINCT FROM (SELECT c.key FROM clock c)))
+            RETURNING s.queue, s.key, s.charged_at
+        )
+        SELECT gone.queue, gone.key FROM gone WHERE gone.charged_at IS NOT NULL
+        ORDER BY gone.key COLLATE "C" $q$, v_target)
+    USING p_now, p_window, p_queue;
+END
+$$;

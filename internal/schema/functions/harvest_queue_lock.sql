@@ -1,0 +1,10 @@
+-- Take the fair lock of a queue until the end of the transaction. Every
+-- fair claim, the fold of new arrivals, the prune and the repair of the
+-- queue's fairness state hold it, so they run one at a time and each sees
+-- what the previous one committed: the claims of a queue follow the
+-- reference model in the order they take this lock, whatever the number of
+-- claimers. Starts and ordinary claims never take it.
+CREATE OR REPLACE FUNCTION harvest_queue_lock(p_queue text) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtextextended('harvest.fair' || chr(1) || p_queue, 0))
+$$;
