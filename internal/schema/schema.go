@@ -226,9 +226,28 @@ func applyFunctions(ctx context.Context, tx pgx.Tx, fns []Function) error {
 	if _, err := tx.Exec(ctx, `SET LOCAL check_function_bodies = off`); err != nil {
 		return fmt.Errorf("schema: %w", err)
 	}
-	for _, f := range fns {
+	names := make([]string, len(fns))
+	for i, f := range fns {
 		if _, err := tx.Exec(ctx, f.SQL); err != nil {
 			return fmt.Errorf("schema: apply function %s: %w", f.Name, err)
+		}
+		names[i] = f.Name
+	}
+	// A function whose file is gone is dropped, so the shard holds exactly
+	// the functions of the tree.
+	rows, err := tx.Query(ctx, `SELECT p.oid::regprocedure::text FROM pg_proc p
+		WHERE p.pronamespace = current_schema()::regnamespace AND p.proname LIKE 'harvest\_%'
+		  AND p.proname <> ALL ($1::text[])`, names)
+	if err != nil {
+		return fmt.Errorf("schema: list functions: %w", err)
+	}
+	stale, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("schema: list functions: %w", err)
+	}
+	for _, fn := range stale {
+		if _, err := tx.Exec(ctx, "DROP FUNCTION "+fn); err != nil {
+			return fmt.Errorf("schema: drop function %s, whose file is gone: %w", fn, err)
 		}
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO schema_functions (digest) VALUES ($1)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/harvest-run/harvest/pkg/claim"
 )
@@ -159,4 +160,113 @@ func TestCompleteBatchFencesEachLease(t *testing.T) {
 	require.ErrorIs(t, errs[1], claim.ErrStaleLease)
 	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT running FROM tenant_running WHERE tenant = 't1'`).Scan(&running))
 	require.Equal(t, runningBefore-3, running)
+}
+
+// A fair batch over many keys is planned at once (harvest_claim_bulk_fair):
+// for random backlogs (keys with and without debt, weights, priorities,
+// continuations, quota keys) a batch of n must give exactly what n single
+// claims give on a twin database: the same rows in the same order, the same
+// lags, charges, clock, heads and debt marks. The test also checks that the
+// plan was used, not only the single claim it falls back to.
+func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
+	t.Parallel()
+	single, batch := setup(t), setup(t)
+	conn, err := batch.db.Acquire(batch.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(batch.ctx, `SET track_functions = 'pl'`)
+	require.NoError(t, err)
+	req := claim.Request{Queue: "q", Worker: "w", Fair: true, Now: t0.Add(time.Hour), Lease: time.Minute}
+
+	rapid.Check(t, func(rt *rapid.T) {
+		for _, b := range []*bundle{single, batch} {
+			b.exec(`TRUNCATE runs, tasks, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas,
+				rate_buckets, tenant_running RESTART IDENTITY`)
+		}
+		keys := rapid.IntRange(1, 12).Draw(rt, "keys")
+		run := []int64{single.run(runOpts{MaxAttempts: 100}), batch.run(runOpts{MaxAttempts: 100})}
+		type row struct {
+			key, quota string
+			prio       int
+			cont       bool
+			due        time.Time
+		}
+		var rows []row
+		for k := range keys {
+			key := fmt.Sprintf("k%d", k)
+			if k == 0 && rapid.Bool().Draw(rt, "default key") {
+				key = ""
+			}
+			if key != "" && rapid.Bool().Draw(rt, "override") {
+				w := rapid.SampledFrom([]float64{0.5, 2, 3, 10}).Draw(rt, "weight")
+				for _, b := range []*bundle{single, batch} {
+					b.exec(`INSERT INTO weight_overrides (queue, key, weight) VALUES ('q', $1, $2)`, key, w)
+				}
+			}
+			for range rapid.IntRange(0, 15).Draw(rt, "rows") {
+				r := row{key: key, due: t0.Add(time.Duration(rapid.IntRange(0, 60).Draw(rt, "due")) * time.Second)}
+				if rapid.IntRange(0, 3).Draw(rt, "prio") == 0 {
+					r.prio = 1
+				}
+				r.cont = rapid.IntRange(0, 9).Draw(rt, "cont") == 0
+				if rapid.IntRange(0, 19).Draw(rt, "quota") == 0 {
+					r.quota = "x"
+				}
+				rows = append(rows, r)
+			}
+		}
+		// Insert in a shuffled order, so ids do not follow keys.
+		order := rapid.Permutation(rows).Draw(rt, "order")
+		for _, r := range order {
+			for i, b := range []*bundle{single, batch} {
+				b.task(taskOpts{RunPK: run[i], Key: r.key, QuotaKey: r.quota, Priority: r.prio,
+					Continuation: r.cont, DueAt: r.due, Now: t0.Add(time.Hour)})
+			}
+		}
+		// Some claims first, so that keys carry debt and the clock moved.
+		for range rapid.IntRange(0, 10).Draw(rt, "before") {
+			a, b := single.claim(req), batch.claim(req)
+			require.Equal(rt, a.Task.ID, b.Task.ID)
+		}
+		n := rapid.IntRange(2, 24).Draw(rt, "n")
+		got, err := claim.ClaimBatch(batch.ctx, conn, req, n)
+		require.NoError(rt, err)
+		var want []claim.Result
+		for range n {
+			r := single.claim(req)
+			if !r.OK {
+				if r.Empty == claim.EmptyRefused {
+					want = append(want, r)
+				}
+				break
+			}
+			want = append(want, r)
+		}
+		require.Len(rt, got, len(want))
+		for i := range want {
+			require.Equal(rt, want[i].OK, got[i].OK, "result %d", i)
+			require.Equal(rt, want[i].Task.ID, got[i].Task.ID, "result %d", i)
+			require.Equal(rt, want[i].Lag, got[i].Lag, "lag of result %d", i)
+			require.Equal(rt, want[i].Empty, got[i].Empty, "result %d", i)
+		}
+		ws, err := claim.FairState(single.ctx, single.db)
+		require.NoError(rt, err)
+		gs, err := claim.FairState(batch.ctx, batch.db)
+		require.NoError(rt, err)
+		require.Equal(rt, ws, gs)
+		require.Equal(rt, single.clock(), batch.clock())
+		require.Equal(rt, single.summaries(), batch.summaries())
+	})
+	var calls int
+	require.NoError(t, conn.QueryRow(batch.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+		WHERE funcname = 'harvest_claim_bulk_fair'`).Scan(&calls))
+	t.Logf("bulk plans: %d", calls)
+	require.Positive(t, calls, "no batch was planned in bulk")
+}
+
+func (b *bundle) clock() float64 {
+	b.t.Helper()
+	var v float64
+	require.NoError(b.t, b.db.QueryRow(b.ctx, `SELECT harvest_clock('q')`).Scan(&v))
+	return v
 }

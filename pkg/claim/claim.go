@@ -52,6 +52,7 @@ type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // DefaultLease is the lease of a claim whose request names none.
@@ -181,39 +182,101 @@ func releaseEarly(db DB, fair bool) bool {
 	return fair && !inTx
 }
 
-// waitDurable waits until every commit made so far is flushed, when the
-// claim released its lock before its own flush.
-func waitDurable(ctx context.Context, db DB, early bool, op string) error {
+// claimRows runs one claim statement and scans its rows. With early set it
+// sends, in one round trip, the statement in a transaction of its own that
+// commits without waiting for the WAL flush (the claim function turns
+// synchronous_commit off, which frees the queue's fair lock at once), and
+// then a statement that waits for the flush when the claim took a task
+// (WalFlush): rows are only handed back once they are durable.
+//
+// committed, when set, is called once the claim's transaction has
+// committed and so released the queue's fair lock, before the wait for the
+// flush: a caller that takes turns on the lock (Claimer) may start the next
+// claim meanwhile.
+func claimRows(ctx context.Context, db DB, early bool, sql string, args []any, each func(pgx.Rows) error,
+	committed func()) error {
 	if !early {
-		return nil
+		rows, err := db.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		err = scanEach(rows, each)
+		if err == nil && committed != nil {
+			committed()
+		}
+		return err
 	}
-	if _, err := db.Exec(ctx, sqlWalFlush); err != nil {
-		return mapError(op+": wait for the commit to be durable", err)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	b.Queue(sqlWalFlush)
+	br := db.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return err
 	}
-	return nil
+	rows, err := br.Query()
+	if err == nil {
+		err = scanEach(rows, each)
+	}
+	if err != nil {
+		br.Close()
+		return err
+	}
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return err
+	}
+	if committed != nil {
+		committed()
+	}
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return fmt.Errorf("wait for the claim to be durable: %w", err)
+	}
+	return br.Close()
 }
 
-// claimOne runs one claim statement. On a pool or connection a deadlock
-// (the statement had no effect) is retried up to three times; inside the
-// caller's transaction it is returned, since the transaction is aborted.
-func claimOne(ctx context.Context, db DB, op string, req Request, now any, lease int64, id any) (Result, error) {
-	var res Result
-	var err error
-	early := releaseEarly(db, req.Fair)
-	tries := 3
-	if _, inTx := db.(pgx.Tx); inTx {
-		tries = 1
+func scanEach(rows pgx.Rows, each func(pgx.Rows) error) error {
+	defer rows.Close()
+	for rows.Next() {
+		if err := each(rows); err != nil {
+			return err
+		}
 	}
-	for attempt := 0; attempt < tries; attempt++ {
-		res, err = scanClaimed(db.QueryRow(ctx, sqlTaskClaim, req.Queue, req.Worker, now, req.Fair,
-			req.AgingSecs, lease, id, early))
+	return rows.Err()
+}
+
+// retries is how many times a claim statement is sent: a deadlock (the
+// statement had no effect) is sent again on a pool or connection, never
+// inside the caller's transaction, which the deadlock aborted.
+func retries(db DB) int {
+	if _, inTx := db.(pgx.Tx); inTx {
+		return 1
+	}
+	return 3
+}
+
+// claimOne runs one claim statement.
+func claimOne(ctx context.Context, db DB, op string, req Request, now any, lease int64, id any) (Result, error) {
+	var (
+		res Result
+		err error
+	)
+	early := releaseEarly(db, req.Fair)
+	args := []any{req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, id, early}
+	for range retries(db) {
+		res = Result{}
+		err = claimRows(ctx, db, early, sqlTaskClaim, args, func(rows pgx.Rows) error {
+			var err error
+			res, err = scanClaimed(rows)
+			return err
+		}, nil)
 		err = mapError(op, err)
 		if !errors.Is(err, ErrDeadlock) {
 			break
 		}
-	}
-	if err == nil && res.OK {
-		err = waitDurable(ctx, db, early, op)
 	}
 	return res, err
 }
@@ -224,6 +287,11 @@ func claimOne(ctx context.Context, db DB, op string, req Request, now any, lease
 // because the rechecks refused the rest, those refusals. A fair batch is
 // one turn on the queue's fair lock (see Claim).
 func ClaimBatch(ctx context.Context, db DB, req Request, n int) ([]Result, error) {
+	return claimBatch(ctx, db, req, n, nil)
+}
+
+// claimBatch is ClaimBatch with the hook of claimRows.
+func claimBatch(ctx context.Context, db DB, req Request, n int, committed func()) ([]Result, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
@@ -232,45 +300,25 @@ func ClaimBatch(ctx context.Context, db DB, req Request, n int) ([]Result, error
 	}
 	now, lease := req.args()
 	early := releaseEarly(db, req.Fair)
-	// As with a single claim, a deadlock (the statement had no effect) is
-	// sent again on a pool or connection, never inside the caller's
-	// transaction.
-	tries := 3
-	if _, inTx := db.(pgx.Tx); inTx {
-		tries = 1
-	}
+	args := []any{req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, n, early}
 	var (
 		out []Result
 		err error
 	)
-	for attempt := 0; attempt < tries; attempt++ {
-		out, err = claimBatchOnce(ctx, db, req, now, lease, n, early)
+	for range retries(db) {
+		out = make([]Result, 0, n)
+		err = claimRows(ctx, db, early, sqlTaskClaimBatch, args, func(rows pgx.Rows) error {
+			r, err := scanClaimed(rows)
+			out = append(out, r)
+			return err
+		}, committed)
+		err = mapError("claim batch", err)
 		if !errors.Is(err, ErrDeadlock) {
 			break
 		}
 	}
-	if err == nil && len(out) > 0 && out[0].OK {
-		err = waitDurable(ctx, db, early, "claim batch")
-	}
-	return out, err
-}
-
-func claimBatchOnce(ctx context.Context, db DB, req Request, now any, lease int64, n int, early bool) ([]Result, error) {
-	rows, err := db.Query(ctx, sqlTaskClaimBatch, req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, n, early)
 	if err != nil {
-		return nil, mapError("claim batch", err)
-	}
-	out := make([]Result, 0, n)
-	for rows.Next() {
-		r, err := scanClaimed(rows)
-		if err != nil {
-			rows.Close()
-			return nil, mapError("claim batch", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, mapError("claim batch", err)
+		return nil, err
 	}
 	return out, nil
 }

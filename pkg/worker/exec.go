@@ -87,7 +87,7 @@ func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed
 	if id > 0 {
 		res, err = claim.ClaimByID(ctx, w.db, id, req)
 	} else {
-		res, err = claim.Claim(ctx, w.db, req)
+		res, err = w.claimer.Claim(ctx, req)
 	}
 	outcome := res.Empty
 	switch {

@@ -96,13 +96,16 @@ type Options struct {
 // Worker claims tasks of one shard and runs them with the registered
 // handlers. Make one with New, register handlers, then call Run.
 type Worker struct {
-	cfg    Config
-	db     *pgxpool.Pool
-	nc     *nats.Conn
-	subj   dispatch.Subjects
-	log    *slog.Logger
-	hooks  Hooks
-	queues []claim.QueueWeight
+	cfg Config
+	db  *pgxpool.Pool
+	// claimer sends the claim loops' fair claims of a queue that wait at
+	// the same time as one statement: one turn on the queue's fair lock.
+	claimer *claim.Claimer
+	nc      *nats.Conn
+	subj    dispatch.Subjects
+	log     *slog.Logger
+	hooks   Hooks
+	queues  []claim.QueueWeight
 
 	handlers map[string]Handler
 	fallback Handler
@@ -152,6 +155,7 @@ func New(db *pgxpool.Pool, cfg Config, opts Options) (*Worker, error) {
 	w := &Worker{
 		cfg:        cfg,
 		db:         db,
+		claimer:    claim.NewClaimer(db),
 		nc:         opts.NATS,
 		subj:       opts.Subjects,
 		log:        log,

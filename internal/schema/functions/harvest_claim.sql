@@ -4,10 +4,11 @@
 --   p_release_early: for a fair claim in a transaction of its own, commit
 --   without waiting for the WAL flush, so the queue's fair lock is free as
 --   soon as the commit record is written instead of after the flush. The
---   caller must then wait for a flush (claim.Claim runs one) before it acts
---   on the task: any transaction that saw this claim and commits later
---   flushes it first, so nothing that depends on it can outlive a crash
---   that loses it.
+--   caller must then wait for a flush before it acts on the task (claim.Claim
+--   sends one in the same round trip; the claim marks the session with
+--   harvest.flush when it took a task). Any transaction that saw this claim
+--   and commits later flushes it first, so nothing that depends on it can
+--   outlive a crash that loses it.
 -- A fair claim takes the queue's fair lock first, so the fair claims of a
 -- queue run one after the other, each against what the previous committed.
 CREATE OR REPLACE FUNCTION harvest_claim(p_queue text, p_worker text, p_now timestamptz, p_fair boolean,
@@ -15,6 +16,8 @@ CREATE OR REPLACE FUNCTION harvest_claim(p_queue text, p_worker text, p_now time
                                          p_release_early boolean)
 RETURNS harvest_claimed
 LANGUAGE plpgsql AS $$
+DECLARE
+    r_out harvest_claimed;
 BEGIN
     IF p_fair THEN
         PERFORM harvest_queue_lock(p_queue);
@@ -26,6 +29,10 @@ BEGIN
     IF p_fair THEN
         PERFORM harvest_fair_fold(p_queue);
     END IF;
-    RETURN harvest_claim_step(p_queue, p_worker, p_now, p_fair, p_aging, p_lease, p_task_id);
+    r_out := harvest_claim_step(p_queue, p_worker, p_now, p_fair, p_aging, p_lease, p_task_id);
+    IF p_fair AND p_release_early AND r_out.outcome = 'ok' THEN
+        PERFORM set_config('harvest.flush', 'on', false);
+    END IF;
+    RETURN r_out;
 END
 $$;

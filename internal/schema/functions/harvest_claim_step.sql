@@ -42,14 +42,14 @@ DECLARE
     r_bucket  rate_buckets%ROWTYPE;
     r_out     harvest_claimed;
 BEGIN
+    IF p_fair THEN
+        v_clock := harvest_clock(p_queue);
+    END IF;
     LOOP
         r_task := NULL;
         v_cand := NULL;
         v_lag := 0;
         v_lag_set := false;
-        IF p_fair THEN
-            v_clock := harvest_clock(p_queue);
-        END IF;
 
         IF p_task_id IS NOT NULL THEN
             -- Dispatch: the named row only, if it is still pending and due.
@@ -220,20 +220,25 @@ BEGIN
                         v_sort := true;
                         CONTINUE;
                     END IF;
-                    -- The head may be one that left the pending state (an
-                    -- ordinary claim or a cancel took it): check it against
-                    -- the key's index, and repair it and pick again when it
-                    -- is not the key's first row any more.
-                    SELECT * INTO r_head FROM harvest_key_head(p_queue, r_k.key, r_k.head_prio, r_k.head_cont,
-                                                               r_k.head_due, r_k.head_id);
-                    IF (r_head.head_id, r_head.head_prio, r_head.head_cont, r_head.head_due)
-                       IS DISTINCT FROM (r_k.head_id, r_k.head_prio, r_k.head_cont, r_k.head_due) THEN
+                    -- After the fold no pending row of the key comes before
+                    -- its head, so a head that is still pending where the
+                    -- summary says is the key's first row. One that left the
+                    -- pending state or moved (an ordinary claim, a cancel,
+                    -- an update took it) is repaired from the key's index,
+                    -- and the keys are compared again.
+                    SELECT * INTO r_task FROM tasks x
+                    WHERE x.id = r_k.head_id AND x.state = 'pending'
+                    FOR UPDATE;
+                    IF r_task.id IS NULL
+                       OR (r_task.queue, r_task.fairness_key, r_task.priority, r_task.continuation, r_task.due_at)
+                          IS DISTINCT FROM (p_queue, r_k.key, r_k.head_prio, r_k.head_cont, r_k.head_due) THEN
+                        SELECT * INTO r_head FROM harvest_key_head(p_queue, r_k.key, r_k.head_prio, r_k.head_cont,
+                                                                   r_k.head_due, r_k.head_id);
                         UPDATE fair_state SET head_id = r_head.head_id, head_prio = r_head.head_prio,
                                               head_cont = r_head.head_cont, head_due = r_head.head_due
                         WHERE queue = p_queue AND key = r_k.key;
                         CONTINUE;
                     END IF;
-                    v_cand := r_k.head_id;
                     v_lag := CASE WHEN v_use_a THEN 0 ELSE greatest(r_k.pass, v_clock) - v_clock END;
                     v_lag_set := true;
                 ELSIF EXISTS (SELECT 1 FROM tasks y WHERE y.queue = p_queue AND y.state = 'pending') THEN
@@ -338,7 +343,7 @@ BEGIN
         -- 5. Charge the key (fair claims only); the key's head moves on when
         -- this row was it.
         IF p_fair THEN
-            PERFORM harvest_charge(p_queue, r_task.fairness_key, v_now, r_task.id);
+            PERFORM harvest_charge(p_queue, r_task.fairness_key, v_now, r_task.id, v_clock);
         END IF;
 
         r_out := ROW('ok', v_lag, v_ref, r_task.id, r_task.run_pk, r_task.queue, r_task.fairness_key,

@@ -26,6 +26,8 @@ BEGIN
     ELSE
         PERFORM harvest_queue_lock(p_queue);
     END IF;
+    -- The clock row is found by reading the queue's rows: prune is rare,
+    -- and an index on last_start would be rewritten by every charge.
     RETURN QUERY EXECUTE format($q$
         WITH clock AS (
             SELECT c.key FROM %1$s c
@@ -50,5 +52,9 @@ BEGIN
         SELECT gone.queue, gone.key FROM gone WHERE gone.charged_at IS NOT NULL
         ORDER BY gone.key COLLATE "C" $q$, v_target)
     USING p_now, p_window, p_queue;
+    -- An idle queue lost every row: its clock starts over.
+    IF NOT p_preview AND NOT EXISTS (SELECT 1 FROM fair_state f WHERE f.queue = p_queue AND f.charged_at IS NOT NULL) THEN
+        DELETE FROM fair_queues q WHERE q.queue = p_queue;
+    END IF;
 END
 $$;

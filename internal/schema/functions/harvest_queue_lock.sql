@@ -5,6 +5,8 @@
 -- reference model in the order they take this lock, whatever the number of
 -- claimers. Starts and ordinary claims never take it.
 CREATE OR REPLACE FUNCTION harvest_queue_lock(p_queue text) RETURNS void
-LANGUAGE sql AS $$
-    SELECT pg_advisory_xact_lock(hashtextextended('harvest.fair' || chr(1) || p_queue, 0))
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('harvest.fair' || chr(1) || p_queue, 0));
+END
 $$;

@@ -108,8 +108,9 @@ CREATE INDEX tasks_claimed_at ON tasks (queue, claimed_at, fairness_key) WHERE c
 --     append to fair_arrivals), and rows that stop being pending are not
 --     looked at, so a head may be optimistic: a fair claim checks the head
 --     of the key it picks against the key's index and repairs it.
--- in_debt is pass > V, V being the queue's largest last_start. A charge
--- sets it on the charged key and clears it on every key the new V reached.
+-- in_debt is pass > V, V being the queue's largest last_start (kept in
+-- fair_queues). A charge sets it on the charged key and clears it on every
+-- key the new V reached.
 CREATE TABLE fair_state (
     queue      text             NOT NULL,
     key        text             NOT NULL,
@@ -135,9 +136,15 @@ CREATE INDEX fair_state_debt ON fair_state (queue, head_prio DESC, pass, head_co
     WHERE head_id IS NOT NULL AND in_debt;
 -- Keys whose debt a clock advance clears.
 CREATE INDEX fair_state_debt_pass ON fair_state (queue, pass) WHERE in_debt;
--- The queue clock V and the clock row.
-CREATE INDEX fair_state_clock ON fair_state (queue, last_start DESC, key COLLATE "C" DESC)
-    WHERE charged_at IS NOT NULL;
+
+-- fair_queues: the clock V of each queue with fairness state, the largest
+-- last_start of its keys. Kept in a row of its own so that a claim reads
+-- it with one probe and moves it without touching an index (a HOT update);
+-- like fair_state it is written only under the queue's fair lock.
+CREATE TABLE fair_queues (
+    queue text             PRIMARY KEY,
+    clock double precision NOT NULL
+) WITH (fillfactor = 20, autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 200);
 
 -- fair_arrivals: new due work, appended by whatever makes a task row
 -- pending (a start, a promotion, a retry, a rescued lease) and folded into
