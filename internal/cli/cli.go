@@ -48,6 +48,7 @@ func commands() map[string]command {
 	return map[string]command{
 		"migrate": {"apply the schema migrations to every shard in HARVEST_SHARDS", runMigrate},
 		"prune":   {"delete idle fairness state on every shard in HARVEST_SHARDS (or --preview it)", runPrune},
+		"repair":  {"rebuild the fair claim's key heads from the task rows on every shard in HARVEST_SHARDS", runRepair},
 		"bench":   {"run a benchmark: claim, claim-chart, starts, fleet, soak (see harvest bench -h)", runBenchAny},
 		"weights": {"get, set or clear fairness-key weight overrides on every shard", runWeights},
 		"quotas":  {"get, set or clear quota-key concurrency caps and rate limits on every shard", runQuotas},

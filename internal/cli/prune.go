@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/sourcegraph/conc/iter"
 
-	"github.com/harvest-run/harvest/internal/config"
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
@@ -34,66 +31,37 @@ func runPrune(ctx context.Context, e env, args []string) error {
 	if *window < 0 {
 		return usageError{"--window: must not be negative"}
 	}
-	var cfg config.Common
-	if err := config.Load(&cfg); err != nil {
+	results, err := eachShard(ctx, *timeout, func(ctx context.Context, conn *pgx.Conn) ([]claim.StateKey, error) {
+		// The database clock decides what is inside the window.
+		return claim.PruneFairState(ctx, conn, time.Time{}, *window, *preview)
+	})
+	if err != nil {
 		return err
 	}
-	if err := cfg.Shards.Validate(); err != nil {
-		return usageError{err.Error()}
-	}
-	idx := make([]int, len(cfg.Shards))
-	for i := range idx {
-		idx[i] = i
-	}
-	results := iter.Map(idx, func(i *int) pruneResult {
-		r := pruneResult{Shard: *i, Preview: *preview, Deleted: []claim.StateKey{}}
-		keys, err := pruneOne(ctx, cfg.Shards[*i], *window, *preview, *timeout)
-		if err != nil {
-			r.Error = err.Error()
-		} else if keys != nil {
-			r.Deleted = keys
-		}
-		return r
-	})
-	var failed []string
 	enc := json.NewEncoder(e.stdout)
 	for _, r := range results {
-		if r.Error != "" {
-			failed = append(failed, fmt.Sprintf("shard %d", r.Shard))
+		out := pruneResult{Shard: r.Shard, Preview: *preview, Deleted: r.Value, Error: r.Error}
+		if out.Deleted == nil {
+			out.Deleted = []claim.StateKey{}
 		}
 		if *asJSON {
-			if err := enc.Encode(r); err != nil {
+			if err := enc.Encode(out); err != nil {
 				return err
 			}
 			continue
 		}
 		verb := "deleted"
-		if r.Preview {
+		if out.Preview {
 			verb = "would delete"
 		}
 		if r.Error != "" {
 			fmt.Fprintf(e.stdout, "shard %d: FAILED: %s\n", r.Shard, r.Error)
 			continue
 		}
-		fmt.Fprintf(e.stdout, "shard %d: %s %d fairness state rows\n", r.Shard, verb, len(r.Deleted))
-		for _, k := range r.Deleted {
+		fmt.Fprintf(e.stdout, "shard %d: %s %d fairness state rows\n", r.Shard, verb, len(out.Deleted))
+		for _, k := range out.Deleted {
 			fmt.Fprintf(e.stdout, "  queue %q key %q\n", k.Queue, k.Key)
 		}
 	}
-	if len(failed) > 0 {
-		return fmt.Errorf("%d of %d shards failed: %s", len(failed), len(results), strings.Join(failed, ", "))
-	}
-	return nil
-}
-
-func pruneOne(ctx context.Context, url string, window time.Duration, preview bool, timeout time.Duration) ([]claim.StateKey, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", config.Redact(url), err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	// The database clock decides what is inside the window.
-	return claim.PruneFairState(ctx, conn, time.Time{}, window, preview)
+	return failedShards(results)
 }

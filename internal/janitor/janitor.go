@@ -26,6 +26,8 @@ var (
 	sqlTryLock          = mustSQL("JanitorTryLock")
 	sqlRunDeleteFinal   = mustSQL("RunDeleteFinished")
 	sqlBucketDeleteIdle = mustSQL("RateBucketDeleteIdle")
+	sqlFairRepairDue    = mustSQL("FairRepairDue")
+	sqlFairVacuum       = mustSQL("FairVacuum")
 )
 
 // Batch sizes of one tick; what is left waits for the next tick.
@@ -40,14 +42,22 @@ const (
 // HARVEST_RATE_BUCKET_IDLE_WINDOW when the struct is embedded in a
 // binary's configuration.
 type Settings struct {
-	Retention        time.Duration `envconfig:"RETENTION" default:"168h" desc:"delete finished runs and their tasks this long after they finished"`
-	BucketGC         bool          `envconfig:"RATE_BUCKET_GC" default:"true" desc:"drop idle rate-limit buckets on each janitor tick; idle fairness state is pruned only while this is on"`
-	BucketIdleWindow time.Duration `envconfig:"RATE_BUCKET_IDLE_WINDOW" default:"1h" desc:"a rate bucket or fairness key untouched this long counts as idle"`
+	Retention          time.Duration `envconfig:"RETENTION" default:"168h" desc:"delete finished runs and their tasks this long after they finished"`
+	BucketGC           bool          `envconfig:"RATE_BUCKET_GC" default:"true" desc:"drop idle rate-limit buckets on each janitor tick; idle fairness state is pruned only while this is on"`
+	BucketIdleWindow   time.Duration `envconfig:"RATE_BUCKET_IDLE_WINDOW" default:"1h" desc:"a rate bucket or fairness key untouched this long counts as idle"`
+	FairRepairInterval time.Duration `envconfig:"FAIR_REPAIR_INTERVAL" default:"1m" desc:"how often one janitor of the shard rebuilds the fair claim's key heads from the task rows while claims go on (0: never)"`
 }
+
+// DefaultFairRepairInterval is how often the fairness heads are rebuilt from
+// the task rows. They only go wrong when something writes tasks past the
+// triggers (a bulk load with them disabled, a hand edit), so this is a
+// safety net, not upkeep the claim depends on.
+const DefaultFairRepairInterval = time.Minute
 
 // DefaultSettings returns the defaults of the Settings fields.
 func DefaultSettings() Settings {
-	return Settings{Retention: 7 * 24 * time.Hour, BucketGC: true, BucketIdleWindow: time.Hour}
+	return Settings{Retention: 7 * 24 * time.Hour, BucketGC: true, BucketIdleWindow: time.Hour,
+		FairRepairInterval: DefaultFairRepairInterval}
 }
 
 // Validate names the variable of a bad setting.
@@ -57,6 +67,9 @@ func (s Settings) Validate() error {
 	}
 	if s.BucketGC && s.BucketIdleWindow <= 0 {
 		return fmt.Errorf("HARVEST_RATE_BUCKET_IDLE_WINDOW: %s must be positive", s.BucketIdleWindow)
+	}
+	if s.FairRepairInterval < 0 {
+		return fmt.Errorf("HARVEST_FAIR_REPAIR_INTERVAL: %s must not be negative", s.FairRepairInterval)
 	}
 	return nil
 }
@@ -77,6 +90,11 @@ type Report struct {
 	DeletedRuns    int  // finished runs deleted past the retention period
 	DeletedBuckets int  // idle rate buckets dropped
 	PrunedKeys     int  // idle fairness state rows pruned
+	// RepairedKeys counts keys whose fairness head was missing or wrong and
+	// was rebuilt from the task rows (exclusive, at most once per
+	// FairRepairInterval); nonzero means something wrote tasks past the
+	// triggers.
+	RepairedKeys int
 	// Deferred starts (throttle, debounce, batch): runs fired because their
 	// time came, groups closed because their waiting run was cancelled,
 	// and finished groups pruned (exclusive).
@@ -154,16 +172,6 @@ func exclusive(ctx context.Context, db DB, s Settings, rep *Report) error {
 		if err := tx.QueryRow(ctx, sqlBucketDeleteIdle, s.BucketIdleWindow.Microseconds()).Scan(&rep.DeletedBuckets); err != nil {
 			return fmt.Errorf("delete idle rate buckets: %w", err)
 		}
-		// The prune's "now" is passed explicitly: the database clock.
-		var now time.Time
-		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
-			return fmt.Errorf("read the database clock: %w", err)
-		}
-		pruned, err := claim.PruneFairState(ctx, tx, now, s.BucketIdleWindow, false)
-		if err != nil {
-			return err
-		}
-		rep.PrunedKeys = len(pruned)
 	}
 	var now time.Time
 	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
@@ -172,8 +180,37 @@ func exclusive(ctx context.Context, db DB, s Settings, rep *Report) error {
 	if rep.DeferredPruned, err = deferred.Prune(ctx, tx, now, deleteBatch); err != nil {
 		return err
 	}
+	repair := false
+	if s.FairRepairInterval > 0 {
+		if err := tx.QueryRow(ctx, sqlFairRepairDue, s.FairRepairInterval.Microseconds()).Scan(&repair); err != nil {
+			return fmt.Errorf("fair repair due: %w", err)
+		}
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
+	}
+	// The jobs on the fair claim's state run after the commit, each queue
+	// in a statement of its own under that queue's fair lock: inside the
+	// tick's transaction they would hold every queue's lock, and so stall
+	// every fair claim of the shard, until the tick ended.
+	if s.BucketGC {
+		pruned, err := claim.PruneFairState(ctx, db, now, s.BucketIdleWindow, false)
+		if err != nil {
+			return err
+		}
+		rep.PrunedKeys = len(pruned)
+	}
+	if repair {
+		fixed, err := claim.Repair(ctx, db)
+		if err != nil {
+			return err
+		}
+		for _, r := range fixed {
+			rep.RepairedKeys += r.Repaired
+		}
+	}
+	if _, err := db.Exec(ctx, sqlFairVacuum); err != nil {
+		return fmt.Errorf("vacuum the fair claim's tables: %w", err)
 	}
 	// The recount runs after the commit, in its own short transaction, and
 	// locks only counts that drifted: holding every count row for the whole
@@ -209,6 +246,10 @@ func Run(ctx context.Context, db DB, s Settings, interval time.Duration, log *sl
 		}
 		if rep.Recounted > 0 {
 			log.Warn("janitor fixed running counts", "tenants", rep.Recounted)
+		}
+		if rep.RepairedKeys > 0 {
+			log.Warn("janitor rebuilt fairness heads that were missing or wrong (tasks were written past the triggers)",
+				"keys", rep.RepairedKeys)
 		}
 		if onTick != nil && !errors.Is(err, context.Canceled) {
 			onTick(rep, err)
