@@ -17,13 +17,14 @@
 // have work, and a key that had none rejoins at the clock instead of
 // cashing in the time it was away.
 //
-// Concurrent claim loops are modelled in rounds (ClaimConcurrent): all
-// claimers of a round rank keys by lags from one snapshot, then claim one
-// after the other against the live rows, each charge exact. A fair claimer
-// first takes a key no other claimer of the round has taken, as the SQL
-// claim does by locking the key's fairness row with SKIP LOCKED, and falls
-// back to an already taken key only when no other key has a claimable row.
-// Spreading claimers over keys keeps one key from taking several claims of
-// a round ahead of keys with no debt; letting it do so moved the clock in a
-// way that allowed two floods to hold a newcomer back until both drained.
+// The Model is sequential, and so is what it models: the SQL fair claims of
+// a queue hold the queue's fair lock one after the other, each seeing every
+// charge committed before it, so any number of concurrent claim loops give
+// the same claims as some sequence of single Model claims (the order in
+// which they took the lock). Starts, cancels and completions that commit
+// while a claim runs take their place in that sequence before or after it.
+// Ordinary claims take no lock and skip rows other claims hold, which is
+// the same as coming after them. The guarantees below therefore hold for
+// any number of claimers with no allowance for concurrency, and the
+// database tests check that they do.
 package fairkeys

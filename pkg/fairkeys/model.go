@@ -160,8 +160,9 @@ type bucket struct {
 // Model is the pure, single-threaded reference of the fair claim. Every
 // method is deterministic: the same calls give the same results, so a
 // database test can replay them against the SQL and require the same pick
-// at every step. A Model is not safe for concurrent use; ClaimConcurrent
-// models concurrency instead.
+// at every step. A Model is not safe for concurrent use; concurrent SQL
+// claims are modelled by single claims in the order they took the queue's
+// fair lock (see the package documentation).
 type Model struct {
 	tasks   map[int64]*taskRow
 	pending map[string]map[int64]*taskRow // queue -> pending rows (due or not)
@@ -344,73 +345,20 @@ func (m *Model) Running(queue, quotaKey string) int {
 	return m.running[StateKey{queue, quotaKey}]
 }
 
-// Claim runs one claim. It is ClaimConcurrent with a single request.
+// Claim runs one claim: the first due pending row of the queue in claim
+// order (rows of quota keys refused during this claim left out) goes
+// through the rechecks, and an accepted row is leased and, for a fair
+// request, charged to its key.
 func (m *Model) Claim(req ClaimRequest) ClaimResult {
-	return m.claim(req, m.states, nil)
-}
-
-// ClaimConcurrent models C claim loops that start together. They all sort
-// by lags read from one snapshot of the fairness rows taken before any of
-// them charges, as concurrent transactions would. The requests then run in
-// order against the live task rows, quotas and fairness rows, so a row an
-// earlier request took is gone (as with row-level SKIP LOCKED), every
-// recheck sees the rows already running, and every charge is exact: the
-// debt one key runs up in a round is paid back in later rounds.
-//
-// On top of that, fair requests spread over keys. The SQL claim locks the
-// per-key fairness row of the key it picks with FOR UPDATE SKIP LOCKED, so
-// a concurrent claimer passes over a key another claimer holds. In the
-// model, a fair request picks first among rows whose (queue, key) no
-// earlier fair request of the round has claimed, whatever their priority
-// or stickiness, and only when no such row is left (after its own quota
-// refusals) does it fall back to rows of keys already claimed in the round,
-// as a claimer waiting on the held key row would. So a lone flood is still
-// served by every claimer, but while other keys have due work no key takes
-// two claims of a round. That matters for the no-debt bound: with row-level
-// skipping alone, one flood could take several claims of a round, and its
-// second charge, starting at its pass rather than at the clock, moved the
-// clock up to that pass. That put another flood, charged once before, back
-// at lag 0 with rows older than a newcomer's, so two floods could take
-// turns round after round and hold the newcomer until both drained.
-//
-// Ordinary requests ignore keys: they skip only rows already taken and do
-// not mark keys as claimed. A refused row is not held either: a later
-// request of the same round may pick it and recheck it again.
-func (m *Model) ClaimConcurrent(reqs []ClaimRequest) []ClaimResult {
-	snap := copyStates(m.states)
-	held := map[StateKey]bool{} // keys claimed by fair requests this round
-	out := make([]ClaimResult, len(reqs))
-	for i, req := range reqs {
-		out[i] = m.claim(req, snap, held)
-		if r := out[i]; req.Fair && r.OK {
-			held[StateKey{r.Task.Queue, r.Task.Key}] = true
-		}
-	}
-	return out
-}
-
-// claim picks from the live task rows using lags computed from states (the
-// snapshot). Picking never writes, so for a lone claim states may be the
-// live map itself. held names the keys earlier fair requests of the round
-// claimed; a fair request tries them last. It is nil outside a round.
-func (m *Model) claim(req ClaimRequest, states map[string]map[string]KeyState, held map[StateKey]bool) ClaimResult {
 	var (
-		rows    = states[req.Queue]
+		rows    = m.states[req.Queue]
 		v       = clockOf(rows)
-		lags    = map[string]float64{}
 		skip    = map[string]bool{} // quota keys refused during this claim
 		refused []Refusal
 	)
-	lagOf := func(key string) float64 {
-		l, ok := lags[key]
-		if !ok {
-			l = startTag(rows, v, key) - v
-			lags[key] = l
-		}
-		return l
-	}
+	lagOf := func(key string) float64 { return startTag(rows, v, key) - v }
 	for {
-		best := m.pick(req, skip, held, lagOf)
+		best := m.pick(req, skip, lagOf)
 		if best == nil {
 			if len(refused) > 0 {
 				return ClaimResult{Refused: refused, Empty: EmptyRefused}
@@ -439,7 +387,6 @@ func (m *Model) claim(req ClaimRequest, states map[string]map[string]KeyState, h
 
 // sortKey holds the sort terms of one candidate, smallest first.
 type sortKey struct {
-	held   int // 1 for a row of a key claimed earlier in the round
 	sticky int
 	prio   int64 // effective priority; larger sorts first
 	lag    float64
@@ -449,9 +396,6 @@ type sortKey struct {
 }
 
 func (a *sortKey) less(b *sortKey) bool {
-	if a.held != b.held {
-		return a.held < b.held
-	}
 	if a.sticky != b.sticky {
 		return a.sticky < b.sticky
 	}
@@ -470,14 +414,8 @@ func (a *sortKey) less(b *sortKey) bool {
 	return a.id < b.id
 }
 
-func (m *Model) sortKeyOf(t *Task, req ClaimRequest, held map[StateKey]bool, lagOf func(string) float64) sortKey {
+func (m *Model) sortKeyOf(t *Task, req ClaimRequest, lagOf func(string) float64) sortKey {
 	k := sortKey{sticky: 1, prio: int64(t.Priority), band: 1, due: t.DueAt, id: t.ID}
-	// Ranking a held key's rows after every other row is the same as
-	// picking among the other keys first and falling back to held ones
-	// only when nothing else is left.
-	if req.Fair && held[StateKey{t.Queue, t.Key}] {
-		k.held = 1
-	}
 	// Stickiness is only a preference: it ranks the worker's own rows first
 	// but never hides them from others.
 	if t.StickyWorker != "" && t.StickyWorker == req.Worker && t.StickyUntil.After(req.Now) {
@@ -500,9 +438,8 @@ func (m *Model) sortKeyOf(t *Task, req ClaimRequest, held map[StateKey]bool, lag
 }
 
 // pick returns the first due pending row of the queue in claim order,
-// leaving out rows whose quota key was refused earlier in this claim. For a
-// fair request, rows of keys in held come after all others.
-func (m *Model) pick(req ClaimRequest, skip map[string]bool, held map[StateKey]bool, lagOf func(string) float64) *taskRow {
+// leaving out rows whose quota key was refused earlier in this claim.
+func (m *Model) pick(req ClaimRequest, skip map[string]bool, lagOf func(string) float64) *taskRow {
 	var (
 		best    *taskRow
 		bestKey sortKey
@@ -514,7 +451,7 @@ func (m *Model) pick(req ClaimRequest, skip map[string]bool, held map[StateKey]b
 		if r.t.QuotaKey != "" && skip[r.t.QuotaKey] {
 			continue
 		}
-		k := m.sortKeyOf(&r.t, req, held, lagOf)
+		k := m.sortKeyOf(&r.t, req, lagOf)
 		if best == nil || k.less(&bestKey) {
 			best, bestKey = r, k
 		}
@@ -564,9 +501,9 @@ func (m *Model) accept(r *taskRow, req ClaimRequest) {
 	}
 }
 
-// charge bills one claim to the key against the live rows, whatever
-// snapshot the pick used: the start tag is taken from the current clock and
-// pass, and pass moves 1/w beyond it, so a heavier key pays less per claim.
+// charge bills one claim to the key: the start tag is taken from the clock
+// and the key's pass, and pass moves 1/w beyond it, so a heavier key pays
+// less per claim.
 func (m *Model) charge(queue, key string, now time.Time) {
 	rows := m.states[queue]
 	if rows == nil {
@@ -612,6 +549,26 @@ func (m *Model) Complete(id int64) {
 	}
 	r.st = TaskDone
 	m.running[StateKey{r.t.Queue, r.t.QuotaKey}]--
+}
+
+// Cancel takes a task out of play, as a cancelled run does: a pending task
+// leaves the claimable set and a running one stops counting against its
+// quota's concurrency cap. Neither touches fairness state: a claim already
+// charged stays charged. Unknown or finished tasks are left alone.
+func (m *Model) Cancel(id int64) {
+	r, ok := m.tasks[id]
+	if !ok {
+		return
+	}
+	switch r.st {
+	case TaskPending:
+		delete(m.pending[r.t.Queue], id)
+	case TaskRunning:
+		m.running[StateKey{r.t.Queue, r.t.QuotaKey}]--
+	default:
+		return
+	}
+	r.st = TaskDone
 }
 
 // Requeue puts a running task back to pending with a new due time (a retry

@@ -185,109 +185,61 @@ func TestWeightChangeAppliesAtTheNextClaim(t *testing.T) {
 	s, _ := m.State("q", "a")
 	require.Equal(t, 1.25, s.Pass)
 
-	// In a concurrent round the weight read at each charge is the live one.
+	// Each charge reads the weight of the moment.
 	m.SetWeight("q", "a", 2)
-	m.ClaimConcurrent([]ClaimRequest{fair(at(3)), fair(at(3))})
+	claimedID(t, m.Claim(fair(at(3))))
+	claimedID(t, m.Claim(fair(at(3))))
 	s, _ = m.State("q", "a")
 	require.Equal(t, 2.25, s.Pass)
 	m.ClearWeight("q", "a")
 	require.Equal(t, 1.0, m.Weight("q", "a"))
 }
 
-func TestClaimConcurrentSharesASnapshotButChargesExactly(t *testing.T) {
+// Priority comes before the lag: a key in debt whose row has a higher
+// priority goes before a key with no debt, and a key whose other rows are
+// taken never lets a lower priority through while a higher one is due.
+func TestPriorityComesBeforeTheLag(t *testing.T) {
 	t.Parallel()
 	m := NewModel()
-	for i := int64(1); i <= 4; i++ {
-		m.Insert(task(i, "a", 0))
+	for i := int64(1); i <= 3; i++ {
+		hi := task(i, "a", int(i))
+		hi.Priority = 5
+		m.Insert(hi)
 	}
-	m.Insert(task(5, "b", 1))
-	rs := m.ClaimConcurrent([]ClaimRequest{fair(at(2)), fair(at(2)), fair(at(2))})
-	// The first claimer takes a, the second passes over a to b, and the
-	// third has only a left, so it takes a again.
-	for i, want := range []int64{1, 5, 2} {
-		require.Equal(t, want, claimedID(t, rs[i]))
-		// Every lag comes from the snapshot: the third claim still sees a
-		// at lag 0, though a's live lag was 1 by then.
-		require.Zero(t, rs[i].Lag)
+	m.Insert(task(4, "b", 0))
+	for i := int64(1); i <= 3; i++ {
+		r := m.Claim(fair(at(10)))
+		require.Equal(t, i, claimedID(t, r), "a's priority-5 rows first, though a is in debt after the first")
 	}
-	s, _ := m.State("q", "a")
-	require.Equal(t, KeyState{Pass: 2, LastStart: 1, ChargedAt: at(2)}, s, "both charges of a counted")
-	s, _ = m.State("q", "b")
-	require.Equal(t, KeyState{Pass: 1, LastStart: 0, ChargedAt: at(2)}, s)
-	require.Equal(t, 1.0, m.Clock("q"))
-	// a pays its extra claim back: b, at lag 0 again, goes first.
-	m.Insert(task(6, "b", 3))
-	require.Equal(t, int64(6), claimedID(t, m.Claim(fair(at(3)))))
-	require.Equal(t, int64(3), claimedID(t, m.Claim(fair(at(3)))))
+	require.Equal(t, int64(4), claimedID(t, m.Claim(fair(at(10)))))
 }
 
-func TestClaimConcurrentSpreadsFairClaimersOverKeys(t *testing.T) {
+// A cancel takes a pending row out of play and frees a running row's slot
+// under its quota's cap; the charge of a claim already made stands.
+func TestCancelLeavesChargesAlone(t *testing.T) {
 	t.Parallel()
-	t.Run("an untaken key goes first whatever the sort terms", func(t *testing.T) {
-		t.Parallel()
-		m := NewModel()
-		for i := int64(1); i <= 2; i++ {
-			hi := task(i, "a", 0)
-			hi.Priority = 5
-			m.Insert(hi)
-		}
-		sticky := task(3, "a", 0)
-		sticky.StickyWorker, sticky.StickyUntil = "w1", at(100)
-		m.Insert(sticky)
-		m.Insert(task(4, "b", 9))
-		rs := m.ClaimConcurrent([]ClaimRequest{fair(at(10)), fair(at(10)), fair(at(10))})
-		require.Equal(t, int64(3), claimedID(t, rs[0]), "w1's sticky row")
-		require.Equal(t, int64(4), claimedID(t, rs[1]), "b, though a has rows of higher priority")
-		require.Equal(t, int64(1), claimedID(t, rs[2]), "back to a once no other key has work")
-	})
-	t.Run("a lone key is served by every claimer", func(t *testing.T) {
-		t.Parallel()
-		m := NewModel()
-		for i := int64(1); i <= 4; i++ {
-			m.Insert(task(i, "a", 0))
-		}
-		rs := m.ClaimConcurrent([]ClaimRequest{fair(at(1)), fair(at(1)), fair(at(1))})
-		for i, r := range rs {
-			require.Equal(t, int64(i+1), claimedID(t, r))
-		}
-		s, _ := m.State("q", "a")
-		require.Equal(t, 3.0, s.Pass)
-	})
-	t.Run("ordinary claims skip rows only and take no key", func(t *testing.T) {
-		t.Parallel()
-		m := NewModel()
-		m.Insert(task(1, "a", 0))
-		m.Insert(task(2, "a", 0))
-		m.Insert(task(3, "a", 0))
-		m.Insert(task(4, "b", 1))
-		rs := m.ClaimConcurrent([]ClaimRequest{ordinary(at(2)), fair(at(2)), ordinary(at(2)), fair(at(2))})
-		require.Equal(t, int64(1), claimedID(t, rs[0]))
-		require.Equal(t, int64(2), claimedID(t, rs[1]), "the ordinary claim did not take a")
-		require.Equal(t, int64(3), claimedID(t, rs[2]), "an ordinary claim ignores keys")
-		require.Equal(t, int64(4), claimedID(t, rs[3]))
-	})
-	t.Run("falls back after refusals, and refusals take no key", func(t *testing.T) {
-		t.Parallel()
-		m := NewModel()
-		m.SetQuota("q", "z", Quota{MaxConcurrent: 1})
-		for i, k := range []string{"a", "b", "c"} {
-			tk := task(int64(i+1), k, i)
-			tk.QuotaKey = "z"
-			m.Insert(tk)
-		}
-		m.Insert(task(4, "a", 5))
-		m.Insert(task(5, "c", 6))
-		rs := m.ClaimConcurrent([]ClaimRequest{fair(at(10)), fair(at(10)), fair(at(10))})
-		require.Equal(t, int64(1), claimedID(t, rs[0]))
-		// z is at its cap: b's only row is refused and the claim moves on
-		// to c, the one key left untaken. b stays free for the next claimer.
-		require.Equal(t, int64(5), claimedID(t, rs[1]))
-		require.Equal(t, []Refusal{{TaskID: 2, QuotaKey: "z", Reason: ReasonConcurrencyCap}}, rs[1].Refused)
-		// The third claimer tries b again, is refused again, and having no
-		// untaken key left with a claimable row falls back to a.
-		require.Equal(t, int64(4), claimedID(t, rs[2]))
-		require.Equal(t, []Refusal{{TaskID: 2, QuotaKey: "z", Reason: ReasonConcurrencyCap}}, rs[2].Refused)
-	})
+	m := NewModel()
+	m.SetQuota("q", "z", Quota{MaxConcurrent: 1})
+	for i := int64(1); i <= 3; i++ {
+		tk := task(i, "a", int(i))
+		tk.QuotaKey = "z"
+		m.Insert(tk)
+	}
+	require.Equal(t, int64(1), claimedID(t, m.Claim(fair(at(10)))))
+	before, _ := m.State("q", "a")
+	m.Cancel(2)
+	require.Equal(t, TaskDone, m.TaskState(2))
+	r := m.Claim(fair(at(10)))
+	require.False(t, r.OK, "task 1 still holds the cap")
+	require.Equal(t, []Refusal{{TaskID: 3, QuotaKey: "z", Reason: ReasonConcurrencyCap}}, r.Refused)
+	m.Cancel(1)
+	require.Equal(t, 0, m.Running("q", "z"))
+	after, _ := m.State("q", "a")
+	require.Equal(t, before, after)
+	require.Equal(t, int64(3), claimedID(t, m.Claim(fair(at(10)))))
+	m.Cancel(99) // unknown: nothing happens
+	m.Cancel(1)  // already done
+	require.Equal(t, 1, m.Running("q", "z"))
 }
 
 func TestRecheckConcurrencyCapSkipsTheWholeQuotaKey(t *testing.T) {
