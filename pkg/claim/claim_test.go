@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -397,5 +398,48 @@ func TestPruneUsesDatabaseClockWhenNowIsZero(t *testing.T) {
 		got, err := claim.PruneFairState(b.ctx, b.db, time.Time{}, time.Hour, preview)
 		require.NoError(t, err)
 		require.Equal(t, []claim.StateKey{{"q", "a"}}, got, "preview %v", preview)
+	}
+}
+
+// A debt mark that the clock has already passed (a repair or a hand edit
+// can leave one) must not change the order of keys without debt: they
+// compete by their heads. Two such keys, whose passes are in the opposite
+// order of their heads, would otherwise come in pass order.
+func TestStaleDebtMarkDoesNotReorderKeysWithoutDebt(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("batch=%d", n), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			for _, k := range []string{"a", "b", "d"} {
+				b.task(taskOpts{Key: k, DueAt: t0})
+			}
+			req := claim.Request{Queue: "q", Fair: true, Now: t0.Add(time.Minute)}
+			for range 3 {
+				require.True(t, b.claim(req).OK)
+			}
+			b.task(taskOpts{Key: "d", DueAt: t0})
+			require.Equal(t, "d", b.claim(req).Task.Key) // the clock moves to 1
+			// Heads: b first, then a.
+			b.task(taskOpts{Key: "b", DueAt: t0.Add(time.Second)})
+			b.task(taskOpts{Key: "a", DueAt: t0.Add(2 * time.Second)})
+			// Both have no debt (pass <= V = 1) but are marked, a with the
+			// smaller pass.
+			b.exec(`UPDATE fair_state SET in_debt = true, pass = CASE key WHEN 'a' THEN 0.5 ELSE 1 END
+				WHERE queue = 'q' AND key IN ('a', 'b')`)
+			var got []string
+			if n == 1 {
+				for range 2 {
+					got = append(got, b.claim(req).Task.Key)
+				}
+			} else {
+				rs, err := claim.ClaimBatch(b.ctx, b.db, req, n)
+				require.NoError(t, err)
+				for _, r := range rs {
+					got = append(got, r.Task.Key)
+				}
+			}
+			require.Equal(t, []string{"b", "a"}, got)
+		})
 	}
 }

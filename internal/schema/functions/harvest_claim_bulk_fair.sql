@@ -69,7 +69,7 @@ BEGIN
          WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND NOT f.in_debt
          ORDER BY f.head_prio DESC, f.head_cont DESC, f.head_due, f.head_id LIMIT p_n)
         UNION ALL
-        (SELECT f.key, f.pass, f.head_prio, f.head_cont, f.head_due, f.head_id FROM fair_state f
+        (SELECT f.key, greatest(f.pass, v_clock0), f.head_prio, f.head_cont, f.head_due, f.head_id FROM fair_state f
          WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND f.in_debt
          ORDER BY f.head_prio DESC, f.pass, f.head_cont DESC, f.head_due, f.head_id LIMIT p_n)
     ), top AS (

@@ -205,6 +205,15 @@ BEGIN
                 WHERE queue = p_queue AND head_id IS NOT NULL AND in_debt
                 ORDER BY head_prio DESC, pass, head_cont DESC, head_due, head_id
                 LIMIT 1;
+                IF r_b.key IS NOT NULL AND r_b.pass <= v_clock THEN
+                    -- A debt mark the clock already passed (only a repair
+                    -- or a hand edit leaves one): such a key has no debt
+                    -- and must compete by its head, so clear the marks the
+                    -- clock passed and look again.
+                    UPDATE fair_state SET in_debt = false
+                    WHERE queue = p_queue AND in_debt AND pass <= v_clock;
+                    CONTINUE;
+                END IF;
                 IF r_a.key IS NOT NULL OR r_b.key IS NOT NULL THEN
                     v_use_a := r_b.key IS NULL OR (r_a.key IS NOT NULL AND
                         (-r_a.head_prio, 0::double precision, NOT r_a.head_cont, r_a.head_due, r_a.head_id)
