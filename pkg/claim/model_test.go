@@ -28,6 +28,7 @@ var (
 )
 
 type modelMachine struct {
+	stats  *modelStats
 	b      *bundle
 	m      *fairkeys.Model
 	now    time.Time
@@ -76,11 +77,11 @@ func (mm *modelMachine) insert(t *rapid.T) {
 func (mm *modelMachine) compare(t *rapid.T, what string, want fairkeys.ClaimResult, got claim.Result) {
 	if got.OK {
 		mm.tokens[got.Task.ID] = got.Task.LeaseToken
-		stats.ok++
+		mm.stats.ok++
 	}
-	stats.refused += len(got.Refused)
+	mm.stats.refused += len(got.Refused)
 	if got.Lag > 0 {
-		stats.lagged++
+		mm.stats.lagged++
 	}
 	var wantRef, gotRef []string
 	for _, r := range want.Refused {
@@ -263,7 +264,7 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 				g = append(g, fairkeys.StateKey{Queue: k.Queue, Key: k.Key})
 			}
 			require.Equal(t, want, g, "prune window %v preview %v", window, preview)
-			stats.pruned += len(g)
+			mm.stats.pruned += len(g)
 		},
 		"advance": func(t *rapid.T) {
 			mm.now = mm.now.Add(mm.ms(t, "advance", 1, 2500))
@@ -290,8 +291,9 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 	}
 }
 
-// stats shows in -v output that the random runs reach the interesting cases.
-var stats struct{ ok, refused, lagged, pruned int }
+// modelStats shows in -v output that the random runs reach the interesting
+// cases.
+type modelStats struct{ ok, refused, lagged, pruned int }
 
 func TestSQLFollowsModel(t *testing.T) {
 	t.Parallel()
@@ -299,9 +301,10 @@ func TestSQLFollowsModel(t *testing.T) {
 		require.NoError(t, flag.Set("rapid.steps", "80"))
 	}
 	b := setup(t)
+	stats := &modelStats{}
 	rapid.Check(t, func(rt *rapid.T) {
 		b.exec(`TRUNCATE runs, tasks, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas, rate_buckets, tenant_running RESTART IDENTITY`)
-		mm := &modelMachine{b: b, m: fairkeys.NewModel(), now: t0, tokens: map[int64]uuid.UUID{}}
+		mm := &modelMachine{stats: stats, b: b, m: fairkeys.NewModel(), now: t0, tokens: map[int64]uuid.UUID{}}
 		mm.run = b.run(runOpts{MaxAttempts: 1_000_000})
 		acts := mm.actions()
 		// Claims and inserts are what the test is about: give them more

@@ -32,6 +32,7 @@ DECLARE
     v_running integer;
     v_tokens  double precision;
     v_cand    bigint;
+    v_cands   bigint[];
     v_use_a   boolean;
     r_task    tasks%ROWTYPE;
     r_a       fair_state%ROWTYPE;
@@ -88,9 +89,12 @@ BEGIN
                 -- its oldest due row; the rows that reach the overall best
                 -- E in level p are those due at or before
                 -- now - (E - p) * ageing. Levels are found by a loose scan
-                -- of the seek index; each level costs a few descents.
+                -- of the seek index; each level costs a few descents. The
+                -- first rows of each best level are read without locks and
+                -- only the first one no other claimer holds is locked, so
+                -- the claim holds no row it does not take.
                 EXECUTE $sql$
-                SELECT c.id
+                SELECT array_agg(c.id ORDER BY c.continuation DESC, c.due_at, c.id)
                 FROM (
                     WITH RECURSIVE lv(p) AS (
                         (SELECT y.priority FROM tasks y
@@ -118,28 +122,28 @@ BEGIN
                                m.eff = max(m.eff) OVER () AS best
                         FROM m
                     )
-                    SELECT coalesce(zc.id, zn.id) AS id, zc.id IS NOT NULL AS continuation,
-                           coalesce(zc.due_at, zn.due_at) AS due_at
+                    SELECT z.id, z.continuation, z.due_at
                     FROM top
-                    LEFT JOIN LATERAL (
-                        SELECT y.id, y.due_at FROM tasks y
-                        WHERE y.queue = $1 AND y.state = 'pending' AND y.priority = top.p AND y.continuation
-                          AND y.due_at <= top.hi AND y.quota_key <> ALL ($4)
-                        ORDER BY y.due_at, y.id LIMIT 1 FOR UPDATE SKIP LOCKED) zc ON true
-                    LEFT JOIN LATERAL (
-                        SELECT y.id, y.due_at FROM tasks y
-                        WHERE zc.id IS NULL
-                          AND y.queue = $1 AND y.state = 'pending' AND y.priority = top.p AND NOT y.continuation
-                          AND y.due_at <= top.hi AND y.quota_key <> ALL ($4)
-                        ORDER BY y.due_at, y.id LIMIT 1 FOR UPDATE SKIP LOCKED) zn ON true
-                    WHERE top.best AND coalesce(zc.id, zn.id) IS NOT NULL
+                    CROSS JOIN LATERAL (
+                        (SELECT y.id, y.continuation, y.due_at FROM tasks y
+                         WHERE y.queue = $1 AND y.state = 'pending' AND y.priority = top.p AND y.continuation
+                           AND y.due_at <= top.hi AND y.quota_key <> ALL ($4)
+                         ORDER BY y.due_at, y.id LIMIT 4)
+                        UNION ALL
+                        (SELECT y.id, y.continuation, y.due_at FROM tasks y
+                         WHERE y.queue = $1 AND y.state = 'pending' AND y.priority = top.p AND NOT y.continuation
+                           AND y.due_at <= top.hi AND y.quota_key <> ALL ($4)
+                         ORDER BY y.due_at, y.id LIMIT 4)) z
+                    WHERE top.best
                 ) c
-                ORDER BY c.continuation DESC, c.due_at, c.id
-                LIMIT 1
-                $sql$ INTO v_cand USING p_queue, v_now, p_aging, v_excl, v_due_cut;
-                IF v_cand IS NOT NULL THEN
-                    SELECT * INTO r_task FROM tasks x WHERE x.id = v_cand;
-                ELSIF EXISTS (SELECT 1 FROM tasks y
+                $sql$ INTO v_cands USING p_queue, v_now, p_aging, v_excl, v_due_cut;
+                IF v_cands IS NOT NULL THEN
+                    SELECT * INTO r_task FROM tasks x
+                    WHERE x.id = ANY (v_cands) AND x.state = 'pending'
+                    ORDER BY array_position(v_cands, x.id)
+                    LIMIT 1 FOR UPDATE SKIP LOCKED;
+                END IF;
+                IF r_task.id IS NULL AND EXISTS (SELECT 1 FROM tasks y
                               WHERE y.queue = p_queue AND y.state = 'pending' AND y.due_at <= v_due_cut
                                 AND y.quota_key <> ALL (v_excl)) THEN
                     -- The best rows are all held by other claimers: the
@@ -236,11 +240,11 @@ BEGIN
                     -- an update took it) is repaired from the key's index,
                     -- and the keys are compared again.
                     SELECT * INTO r_task FROM tasks x
-                    WHERE x.id = r_k.head_id AND x.state = 'pending'
+                    WHERE x.id = r_k.head_id AND x.state = 'pending' AND x.queue = p_queue
+                      AND x.fairness_key = r_k.key AND x.priority = r_k.head_prio
+                      AND x.continuation = r_k.head_cont AND x.due_at = r_k.head_due
                     FOR UPDATE;
-                    IF r_task.id IS NULL
-                       OR (r_task.queue, r_task.fairness_key, r_task.priority, r_task.continuation, r_task.due_at)
-                          IS DISTINCT FROM (p_queue, r_k.key, r_k.head_prio, r_k.head_cont, r_k.head_due) THEN
+                    IF r_task.id IS NULL THEN
                         SELECT * INTO r_head FROM harvest_key_head(p_queue, r_k.key, r_k.head_prio, r_k.head_cont,
                                                                    r_k.head_due, r_k.head_id);
                         UPDATE fair_state SET head_id = r_head.head_id, head_prio = r_head.head_prio,
