@@ -97,7 +97,9 @@ func (g *Gateway) bindKey(tenant string, req *api.StartRequest) *api.Error {
 		field, key = "quota_key", req.QuotaKey
 	}
 	bound := tenant
-	if key != nil {
+	// A deferred start's quota key that could not be a fairness key is not
+	// used as one (fairkeys.Resolve): its runs are bound as if it had none.
+	if key != nil && (!req.Deferred() || fairkeys.ValidateKey(*key) == nil) {
 		bound = tenant + "/" + *key
 	}
 	if err := fairkeys.ValidateKey(bound); err != nil {

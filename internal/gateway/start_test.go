@@ -63,6 +63,20 @@ func TestHTTPStartWritesRunTaskAndCount(t *testing.T) {
 	require.NotContains(t, tc["traceparent"], "00f067aa0ba902b7", "the task links to the start span, a child of the caller's")
 }
 
+// A quota key that is no valid fairness key does not refuse the start: it
+// is the run's quota key, and the run falls back to the default key.
+func TestQuotaKeyThatIsNoFairnessKeyFallsBackToTheDefaultKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	status, out := b.call(t, "POST", "/v1/runs", secretA, `{"name":"echo","queue":"shared","quota_key":" acct 7 "}`)
+	require.Equal(t, 201, status, string(out))
+	var run api.Run
+	require.NoError(t, json.Unmarshal(out, &run))
+	require.Equal(t, " acct 7 ", run.QuotaKey)
+	require.Equal(t, "", run.FairnessKey)
+	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM tasks WHERE fairness_key = '' AND quota_key = ' acct 7 '`))
+}
+
 func TestStartReplayAndConflictOverHTTPAndNATS(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
@@ -194,7 +208,9 @@ func TestBadStartsLeaveNothingBehind(t *testing.T) {
 		{"key with control char", startBody(`"fairness_key":"a\u0007b"`), 400, "fairness_key"},
 		{"key outer space", startBody(`"fairness_key":"k "`), 400, "fairness_key"},
 		{"long key", startBody(`"fairness_key":"` + strings.Repeat("k", 257) + `"`), 400, "fairness_key"},
-		{"bad quota key", startBody(`"quota_key":" q"`), 400, "quota_key"},
+		{"empty quota key", startBody(`"quota_key":""`), 400, "quota_key"},
+		{"long quota key", startBody(`"quota_key":"` + strings.Repeat("q", 257) + `"`), 400, "quota_key"},
+		{"NUL in quota key", startBody(`"quota_key":"a\u0000"`), 400, "quota_key"},
 		{"priority high", startBody(`"priority":1001`), 400, "priority"},
 		{"priority low", startBody(`"priority":-1001`), 400, "priority"},
 		{"priority not integer", startBody(`"priority":1.5`), 400, "priority"},

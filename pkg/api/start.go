@@ -109,7 +109,7 @@ func (r *StartRequest) Validate() *Error {
 		}
 	}
 	if r.QuotaKey != nil {
-		if err := fairkeys.ValidateKey(*r.QuotaKey); err != nil {
+		if err := fairkeys.ValidateQuotaKey(*r.QuotaKey); err != nil {
 			return Invalid("quota_key", "quota_key %v", err)
 		}
 	}

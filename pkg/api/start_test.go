@@ -31,7 +31,9 @@ func TestStartValidateNamesTheField(t *testing.T) {
 		{"queue outer space", func(r *StartRequest) { r.Queue = " q" }, "queue"},
 		{"empty fairness key", func(r *StartRequest) { r.FairnessKey = ptr("") }, "fairness_key"},
 		{"long fairness key", func(r *StartRequest) { r.FairnessKey = ptr(strings.Repeat("k", 257)) }, "fairness_key"},
-		{"bad quota key", func(r *StartRequest) { r.QuotaKey = ptr("a\x01") }, "quota_key"},
+		{"empty quota key", func(r *StartRequest) { r.QuotaKey = ptr("") }, "quota_key"},
+		{"long quota key", func(r *StartRequest) { r.QuotaKey = ptr(strings.Repeat("q", 257)) }, "quota_key"},
+		{"quota key with NUL", func(r *StartRequest) { r.QuotaKey = ptr("a\x00") }, "quota_key"},
 		{"priority high", func(r *StartRequest) { r.Priority = 1001 }, "priority"},
 		{"priority low", func(r *StartRequest) { r.Priority = -1001 }, "priority"},
 		{"run_at and delay", func(r *StartRequest) {
@@ -80,6 +82,14 @@ func TestStartKeyResolution(t *testing.T) {
 	require.Equal(t, "quota", r.Key(), "the quota key stands in")
 	r.FairnessKey = ptr("fair")
 	require.Equal(t, "fair", r.Key())
+	// A quota key that is no valid fairness key is still a quota key, but
+	// the run falls back to the default key.
+	for _, qk := range []string{" spaced", ".", "..", "a\x01b"} {
+		r := validStart()
+		r.QuotaKey = ptr(qk)
+		require.Nil(t, r.Validate(), "quota key %q", qk)
+		require.Equal(t, "", r.Key(), "quota key %q", qk)
+	}
 }
 
 func TestStartJSONFieldNames(t *testing.T) {

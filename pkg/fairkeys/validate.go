@@ -101,6 +101,29 @@ func ValidateKey(k string) error {
 	return nil
 }
 
+// ValidateQuotaKey checks a caller-supplied quota key. Its rules are looser
+// than a fairness key's: a quota key names a cap and a rate, not a share of
+// the claims, so outer whitespace, dot names and control characters are
+// allowed. It must not be empty (a start without a quota key leaves the
+// field out), is at most MaxKeyBytes long, and must be text the database
+// can store: valid UTF-8 without NUL. A quota key that is not also a valid
+// fairness key is never used as one (see Resolve).
+func ValidateQuotaKey(k string) error {
+	if k == "" {
+		return invalid(RuleEmpty, "must not be empty (leave it out for no quota key)")
+	}
+	if len(k) > MaxKeyBytes {
+		return invalid(RuleTooLong, "must be at most "+strconv.Itoa(MaxKeyBytes)+" bytes")
+	}
+	if !utf8.ValidString(k) {
+		return invalid(RuleInvalidUTF8, "must be valid UTF-8")
+	}
+	if strings.IndexByte(k, 0) >= 0 {
+		return invalid(RuleControlChar, "must not hold a NUL byte")
+	}
+	return nil
+}
+
 // ValidateQueueName checks a queue name the way the weight API does. A fair
 // worker applies it at start: a queue whose name the weight API would refuse
 // could never receive an override, so serving it fairly would be a trap.

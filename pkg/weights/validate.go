@@ -57,7 +57,7 @@ func ValidateWeight(w float64) error {
 
 // ValidateQuotaKey checks a quota key with the rules of the start request.
 func ValidateQuotaKey(k string) error {
-	if err := fairkeys.ValidateKey(k); err != nil {
+	if err := fairkeys.ValidateQuotaKey(k); err != nil {
 		return api.Invalid("quota_key", "quota_key %v", err)
 	}
 	return nil
