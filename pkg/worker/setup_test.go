@@ -51,7 +51,8 @@ type startOpts struct {
 	Queue       string // default "q"
 	Input       string // JSON; default {}
 	Key         string // fairness key; default none
-	MaxAttempts int    // default: the API default
+	Priority    int
+	MaxAttempts int // default: the API default
 	Timeout     time.Duration
 }
 
@@ -82,6 +83,7 @@ func (b *bundle) start(o startOpts) runstore.StartResult {
 	if o.Key != "" {
 		req.FairnessKey = &o.Key
 	}
+	req.Priority = o.Priority
 	if o.MaxAttempts > 0 {
 		req.MaxAttempts = &o.MaxAttempts
 	}

@@ -2,10 +2,12 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/pkg/weights"
@@ -72,4 +74,108 @@ func TestWeightChangeReachesRunningWorkerAtNextClaim(t *testing.T) {
 	// bound of 1/3 + 1 claims-per-weight, "a" takes 29 to 31 of 40.
 	require.InDelta(t, before/2, count(order[:before]), 1, "before the change: %v", order[:before])
 	require.InDelta(t, 30, count(order[before:before+after]), 1, "after the change: %v", order[before:before+after])
+}
+
+// The guarantees hold with the worker's defaults and beyond: two workers,
+// each with 4 claim loops (the default) or 16, on one shard. Weight 4
+// against weight 1 over co-due runs of both keys gives four claims to one
+// while both have work, and a priority-10 flood is claimed before a
+// priority-0 one, but for claims in flight together.
+func TestDefaultWorkersKeepWeightsAndPriority(t *testing.T) {
+	t.Parallel()
+	for _, loops := range []int{worker.DefaultConfig().MaxConcurrentClaims, 16} {
+		t.Run(fmt.Sprintf("weights, 2 workers x %d loops", loops), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			_, err := weights.SetOne(b.ctx, b.db, "test", "q", "a", 4)
+			require.NoError(t, err)
+			for range 500 {
+				b.start(startOpts{Key: "a"})
+				b.start(startOpts{Key: "b"})
+			}
+			b.drain(t, loops, 1000)
+			order := b.claimOrder(t)
+			end := min(lastOf(order, "a"), lastOf(order, "b"))
+			na, nb := countOf(order[:end], "a"), countOf(order[:end], "b")
+			t.Logf("while both had work: a %d, b %d (ratio %.2f)", na, nb, float64(na)/float64(nb))
+			require.InDelta(t, 4, float64(na)/float64(nb), 0.4)
+		})
+		t.Run(fmt.Sprintf("priority, 2 workers x %d loops", loops), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			for range 300 {
+				b.start(startOpts{Key: "lo"})
+			}
+			for range 300 {
+				b.start(startOpts{Key: "hi", Priority: 10})
+			}
+			b.drain(t, loops, 600)
+			order := b.claimOrder(t)
+			// Claims in flight together may overlap: at most the loops of
+			// both workers less one.
+			lastHi := lastOf(order, "hi")
+			early := countOf(order[:lastHi], "lo")
+			t.Logf("priority-0 claims before the last priority-10 one: %d", early)
+			require.LessOrEqual(t, early, 2*loops-1)
+		})
+	}
+}
+
+// drain runs two workers with the default configuration but for the given
+// claim loops, fairness on, until n tasks finished.
+func (b *bundle) drain(t *testing.T, loops, n int) {
+	t.Helper()
+	var ws []*running
+	for i := range 2 {
+		ws = append(ws, b.worker(workerOpts{Config: func(c *worker.Config) {
+			*c = worker.DefaultConfig()
+			c.Queues = map[string]float64{"q": 1}
+			c.FairnessKeys = true
+			c.MaxConcurrentClaims = loops
+			c.RunJanitor = false
+			c.MetricsAddr = ""
+			c.ID = fmt.Sprintf("w%d", i)
+		}}))
+	}
+	b.wake("q")
+	for done := 0; done < n; {
+		select {
+		case <-ws[0].Finished:
+		case <-ws[1].Finished:
+		case <-b.ctx.Done():
+			t.Fatalf("%d of %d tasks finished", done, n)
+		}
+		done++
+	}
+}
+
+// claimOrder lists the keys of the claimed tasks in the order of their
+// claims, by the database clock.
+func (b *bundle) claimOrder(t *testing.T) []string {
+	t.Helper()
+	rows, err := b.db.Query(b.ctx, `SELECT fairness_key FROM tasks WHERE claimed_at IS NOT NULL ORDER BY claimed_at, id`)
+	require.NoError(t, err)
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return keys
+}
+
+func lastOf(keys []string, k string) int {
+	last := -1
+	for i, x := range keys {
+		if x == k {
+			last = i
+		}
+	}
+	return last
+}
+
+func countOf(keys []string, k string) int {
+	n := 0
+	for _, x := range keys {
+		if x == k {
+			n++
+		}
+	}
+	return n
 }
