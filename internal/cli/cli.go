@@ -58,7 +58,7 @@ func commands() map[string]command {
 		"dev":   {"run a whole Harvest on this machine (NATS, 2 shards, gateway, 2 workers) until Ctrl-C", runDev},
 		"start": {"start a run through the gateway at HARVEST_GATEWAY_URL (token HARVEST_TOKEN)", runStart},
 		"runs":  {"read a run through the gateway: runs get ID [--wait 30s] [--json]", runRuns},
-		"demo":  {"demo flood: a flood from one tenant and a trickle from another, with their waits", runDemo},
+		"demo":  {"demo flood|share|priority: a flood beside a trickle, weighted shares, priority before fairness", runDemo},
 
 		"healthcheck": {"exit 0 when a URL answers 2xx (container healthchecks)", runHealthcheck},
 	}

@@ -27,12 +27,16 @@ the flood's progress, then a summary, and exits.
 Flags:`
 
 func runDemo(ctx context.Context, e env, args []string) error {
+	if len(args) > 0 && (args[0] == "share" || args[0] == "priority") {
+		return runDemoShare(ctx, e, args[0], args[1:])
+	}
 	if len(args) == 0 || args[0] != "flood" {
 		fmt.Fprintln(e.stderr, "usage: harvest "+demoUsage)
+		fmt.Fprintln(e.stderr, "\nusage: harvest "+demoShareUsage)
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			return nil
 		}
-		return usageError{"name a demo: flood"}
+		return usageError{"name a demo: flood, share or priority"}
 	}
 	fs := newFlags(e, "demo flood", demoUsage)
 	floodN := fs.Int("flood", 2000, "runs in the flood")
