@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -140,6 +142,32 @@ func TestDevComesUpAndCleansUp(t *testing.T) {
 	_, err = nc.Request("harvest.start."+other, []byte(`{"name":"echo","queue":"default"}`), 2*time.Second)
 	require.Error(t, err)
 	nc.Close()
+
+	// The fair claim at the fleet's defaults (one worker per shard, four
+	// claim loops): weight 4 against 1 over co-due runs, and a priority-10
+	// flood before a priority-0 one, as docs/fairness.md shows them.
+	demo := func(args ...string) string {
+		c := exec.Command(bin, append([]string{"demo"}, args...)...)
+		c.Env = os.Environ()
+		for k, v := range vars {
+			c.Env = append(c.Env, k+"="+v)
+		}
+		out, err := c.CombinedOutput()
+		require.NoError(t, err, "demo %v: %s", args, out)
+		return string(out)
+	}
+	out := demo("share", "--runs", "400", "--lead", "2s")
+	m := regexp.MustCompile(`: ([0-9.]+) claims of`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	ratio, err := strconv.ParseFloat(m[1], 64)
+	require.NoError(t, err)
+	require.InDelta(t, 4, ratio, 0.4, out)
+	out = demo("priority", "--runs", "400", "--lead", "2s")
+	m = regexp.MustCompile(`priority-10 run of \S+: (\d+) of`).FindStringSubmatch(out)
+	require.NotNil(t, m, out)
+	early, err := strconv.Atoi(m[1])
+	require.NoError(t, err)
+	require.LessOrEqual(t, early, 3, out)
 
 	// Ctrl-C.
 	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
