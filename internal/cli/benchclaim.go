@@ -27,10 +27,10 @@ func runBench(ctx context.Context, e env, args []string) error {
 
 func runBenchClaim(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "bench claim",
-		"bench claim [--backlog 10000,100000] [--keys 10,1000] [--claimers 1,4] [--claims 2000] [--aging 0] [--quiet]")
+		"bench claim [--backlog 10000,100000] [--keys 10,1000] [--claimers 1,4,16] [--claims 2000] [--aging 0] [--quiet]")
 	backlog := fs.String("backlog", "100000", "pending rows (comma-separated list: one fresh database per point)")
 	keys := fs.String("keys", "1000", "light fairness keys besides the heavy one (comma-separated list)")
-	claimers := fs.String("claimers", "1,4", "concurrent claim loops (comma-separated list)")
+	claimers := fs.String("claimers", "1,4,16", "concurrent claim loops (comma-separated list)")
 	claims := fs.Int("claims", 2000, "measured claims per mode and claimer count")
 	heavy := fs.Float64("heavy", 0.9, "share of the backlog held by the heavy key")
 	aging := fs.Int("aging", 0, "priority ageing period in seconds for both claims (0: off)")

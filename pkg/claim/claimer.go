@@ -3,11 +3,21 @@ package claim
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // DefaultMaxCombined bounds how many waiting claims a Claimer puts into one
 // statement.
 const DefaultMaxCombined = 256
+
+// rejoinWindow is how long after answering a statement's claims a Claimer
+// expects their callers back: a claim that opens a statement within it
+// waits, at most that long after the answer, for as many claims to join as
+// the last statement had. Callers that claim again at once (claim loops
+// with nothing to do between claims) then share one statement instead of
+// one going alone and the others waiting for it; callers that run a task
+// first come back later and never wait.
+const rejoinWindow = 300 * time.Microsecond
 
 // Claimer claims for the goroutines of one process that share a database
 // handle, such as the claim loops of a worker. The fair claims of a queue
@@ -30,12 +40,20 @@ type Claimer struct {
 
 	mu     sync.Mutex
 	groups map[Request]*combineGroup
+	// last is, per request, when the last statement's claims were answered
+	// and how many there were.
+	last map[Request]answered
+}
+
+type answered struct {
+	at time.Time
+	n  int
 }
 
 // NewClaimer returns a Claimer over db, which should be a pool: claims
 // combined into one statement are sent on it while other statements go on.
 func NewClaimer(db DB) *Claimer {
-	return &Claimer{db: db, groups: map[Request]*combineGroup{}}
+	return &Claimer{db: db, groups: map[Request]*combineGroup{}, last: map[Request]answered{}}
 }
 
 // combineGroup holds the claims of one request: those waiting for the next
@@ -43,6 +61,8 @@ func NewClaimer(db DB) *Claimer {
 type combineGroup struct {
 	waiting []*combined
 	busy    bool
+	// arrived is signalled (without blocking) by each claim that joins.
+	arrived chan struct{}
 }
 
 // combined is one caller's claim. lead is closed (and chosen set, under
@@ -71,10 +91,14 @@ func (c *Claimer) Claim(ctx context.Context, req Request) (Result, error) {
 	c.mu.Lock()
 	g := c.groups[req]
 	if g == nil {
-		g = &combineGroup{}
+		g = &combineGroup{arrived: make(chan struct{}, 1)}
 		c.groups[req] = g
 	}
 	g.waiting = append(g.waiting, me)
+	select {
+	case g.arrived <- struct{}{}:
+	default:
+	}
 	leading := !g.busy
 	g.busy = true
 	c.mu.Unlock()
@@ -130,6 +154,19 @@ func (c *Claimer) send(ctx context.Context, req Request, g *combineGroup) {
 		limit = DefaultMaxCombined
 	}
 	c.mu.Lock()
+	if a, ok := c.last[req]; ok {
+		deadline := a.at.Add(rejoinWindow)
+		for len(g.waiting) < min(a.n, limit) && time.Now().Before(deadline) {
+			c.mu.Unlock()
+			t := time.NewTimer(time.Until(deadline))
+			select {
+			case <-g.arrived:
+			case <-t.C:
+			}
+			t.Stop()
+			c.mu.Lock()
+		}
+	}
 	n := min(len(g.waiting), limit)
 	batch := append([]*combined(nil), g.waiting[:n]...)
 	g.waiting = append(g.waiting[:0], g.waiting[n:]...)
@@ -166,7 +203,17 @@ func (c *Claimer) send(ctx context.Context, req Request, g *combineGroup) {
 		}
 		close(w.done)
 	}
-
+	c.mu.Lock()
+	now := time.Now()
+	c.last[req] = answered{at: now, n: len(batch)}
+	if len(c.last) > 64 {
+		for r, a := range c.last {
+			if now.Sub(a.at) > rejoinWindow {
+				delete(c.last, r)
+			}
+		}
+	}
+	c.mu.Unlock()
 }
 
 // passTurn hands the group's next statement to the first claim waiting, or
