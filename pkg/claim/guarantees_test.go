@@ -431,17 +431,23 @@ func TestGuaranteeNoBurstAfterIdle(t *testing.T) {
 			f.add("busy", 0, 1500)
 			f.add("other", 0, 1500)
 			f.add("idler", 0, 5)
-			var back atomic.Int64
+			var (
+				back   atomic.Bool // the idler's second visit was started
+				comeMu sync.Mutex
+			)
 			f.loops(c, 8, []string{"n1"}, func() bool {
-				if back.Load() == 0 && f.pending("idler") == 0 {
+				if !back.Load() {
+					comeMu.Lock()
 					// The idler drained; it stays away for a while.
 					var n int
-					if err := f.db().QueryRow(f.ctx, `SELECT count(*) FROM tasks WHERE state = 'done'`).Scan(&n); err == nil &&
-						n > 400 && back.CompareAndSwap(0, 1) {
+					if !back.Load() && f.pending("idler") == 0 &&
+						f.db().QueryRow(f.ctx, `SELECT count(*) FROM tasks WHERE state = 'done'`).Scan(&n) == nil && n > 400 {
 						f.add("idler", 0, 400)
+						back.Store(true)
 					}
+					comeMu.Unlock()
 				}
-				return back.Load() == 1 && f.pending("idler") == 0
+				return back.Load() && f.pending("idler") == 0
 			})
 			got := f.order()
 			// From the first claim of the idler's second visit on.

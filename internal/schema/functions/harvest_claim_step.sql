@@ -298,7 +298,8 @@ BEGIN
             IF FOUND THEN
                 IF r_quota.max_concurrent IS NOT NULL THEN
                     SELECT count(*) INTO v_running FROM tasks x
-                    WHERE x.queue = p_queue AND x.quota_key = r_task.quota_key AND x.state = 'running';
+                    WHERE x.queue = p_queue AND x.quota_key = r_task.quota_key AND x.quota_key <> ''
+                      AND x.state = 'running';
                     IF v_running >= r_quota.max_concurrent THEN
                         v_reason := 'concurrency_cap';
                     END IF;

@@ -31,7 +31,11 @@ CREATE TABLE runs (
     claimed_at    timestamptz,
     finished_at   timestamptz,
     UNIQUE (tenant, id)
-);
+) WITH (fillfactor = 90);
+-- Room on each page lets the claim's update of a run (status, attempts,
+-- claimed_at: no indexed column) stay on its page without new index
+-- entries. finished_at, set with every final status, is what the
+-- unfinished-run index below keys on, for the same reason.
 
 -- Listing a tenant's runs newest first, with cursor paging on pk.
 CREATE INDEX runs_tenant_pk ON runs (tenant, pk DESC);
@@ -40,8 +44,7 @@ CREATE INDEX runs_finished_at ON runs (finished_at) WHERE finished_at IS NOT NUL
 -- The recount compares each tenant's running count with its unfinished
 -- runs on every janitor tick; this keeps that read proportional to the
 -- unfinished runs, not to every run kept for the retention period.
-CREATE INDEX runs_unfinished_tenant ON runs (tenant)
-    WHERE status NOT IN ('completed', 'failed', 'cancelled');
+CREATE INDEX runs_unfinished_tenant ON runs (tenant) WHERE finished_at IS NULL;
 
 -- tasks: the unit a worker claims. A run starts with one task; a handler may
 -- continue the run with another (continuation = true).
@@ -77,8 +80,9 @@ CREATE TABLE tasks (
 CREATE INDEX tasks_run_pk ON tasks (run_pk);
 -- Lease rescue scans running tasks by expiry.
 CREATE INDEX tasks_lease_expiry ON tasks (lease_expires_at) WHERE state = 'running';
--- Concurrency caps count the running tasks of a quota key.
-CREATE INDEX tasks_running_quota ON tasks (queue, quota_key) WHERE state = 'running';
+-- Concurrency caps count the running tasks of a quota key; tasks without
+-- one stay out of the index, so most claims do not write to it.
+CREATE INDEX tasks_running_quota ON tasks (queue, quota_key) WHERE state = 'running' AND quota_key <> '';
 -- The ordinary claim order of a queue (without ageing): a claim reads the
 -- first unlocked entry.
 CREATE INDEX tasks_pending_order ON tasks (queue, priority DESC, continuation DESC, due_at, id)

@@ -4,7 +4,7 @@
 -- the count really drifted (a crash, a manual edit).
 WITH actual AS (
     SELECT tenant, count(*) AS n FROM runs
-    WHERE status NOT IN ('completed', 'failed', 'cancelled')
+    WHERE finished_at IS NULL
     GROUP BY tenant
 )
 SELECT coalesce(t.tenant, a.tenant), coalesce(t.running, 0)::bigint, coalesce(a.n, 0)::bigint, t.tenant IS NULL

@@ -4,7 +4,7 @@
 -- their run after this commit.
 WITH actual AS (
     SELECT tenant, count(*) AS n FROM runs
-    WHERE status NOT IN ('completed', 'failed', 'cancelled')
+    WHERE finished_at IS NULL
       AND ($1::text[] IS NULL OR tenant = ANY($1))
     GROUP BY tenant
 )

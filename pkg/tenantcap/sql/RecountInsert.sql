@@ -3,7 +3,7 @@
 -- checks it.
 INSERT INTO tenant_running (tenant, running)
 SELECT r.tenant, count(*) FROM runs r
-WHERE r.status NOT IN ('completed', 'failed', 'cancelled')
+WHERE r.finished_at IS NULL
   AND ($1::text[] IS NULL OR r.tenant = ANY($1))
   AND NOT EXISTS (SELECT 1 FROM tenant_running t WHERE t.tenant = r.tenant)
 GROUP BY r.tenant
