@@ -32,10 +32,10 @@ type CancelResult struct {
 // run returns it unchanged; a completed or failed run gives ErrFinished; an
 // unknown id (or another tenant's) gives ErrNotFound.
 //
-// A transaction the database breaks (a deadlock: a cancel locks the key's
-// summary row before the tenant's count row, a start group the other way
-// round) is tried again, up to the committer's attempts: the broken attempt
-// was rolled back whole, so the next one starts afresh.
+// A transaction the database breaks (a deadlock with a worker or a start
+// group that locks the same rows in another order) is tried again, up to the
+// committer's attempts: the broken attempt was rolled back whole, so the
+// next one starts afresh.
 func Cancel(ctx context.Context, db Beginner, tenant, id string, shard int, reason string) (CancelResult, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := cancelOnce(ctx, db, tenant, id, shard, reason)

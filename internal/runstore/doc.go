@@ -13,9 +13,10 @@
 // keeps each tenant in one group at a time (intake.go). Start and StartTx
 // write a single start.
 //
-// Cancel takes a run's tasks out of play by marking them done: the schema's
-// trigger on tasks (harvest_tasks_summary, which calls harvest_key_leave)
-// keeps the fair claim's per-key summary exact, and a running task loses
-// its lease token, so its worker's next heartbeat or completion is refused.
+// Cancel takes a run's tasks out of play by marking them done. It touches
+// no fairness state: a key head that pointed at a cancelled task is stale,
+// which the next fair claim of the queue repairs (docs/claim.md), and a
+// running task loses its lease token, so its worker's next heartbeat or
+// completion is refused.
 // Workers finish runs through pkg/claim, which updates the same rows.
 package runstore

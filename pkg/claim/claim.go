@@ -302,10 +302,12 @@ func claimBatch(ctx context.Context, db DB, req Request, n int, committed func()
 	early := releaseEarly(db, req.Fair)
 	args := []any{req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, n, early}
 	var (
-		out []Result
-		err error
+		out    []Result
+		err    error
+		tries  = retries(db)
+		resent int
 	)
-	for range retries(db) {
+	for {
 		out = make([]Result, 0, n)
 		err = claimRows(ctx, db, early, sqlTaskClaimBatch, args, func(rows pgx.Rows) error {
 			r, err := scanClaimed(rows)
@@ -313,14 +315,36 @@ func claimBatch(ctx context.Context, db DB, req Request, n int, committed func()
 			return err
 		}, committed)
 		err = mapError("claim batch", err)
-		if !errors.Is(err, ErrDeadlock) {
-			break
+		switch {
+		case errors.Is(err, ErrDeadlock) && tries > 1:
+			tries--
+		case err == nil && again(out) && resent < maxAgain:
+			// The queue stopped being a single key's while the batch
+			// waited for the shared lock; it took nothing.
+			resent++
+		default:
+			if err != nil {
+				return nil, err
+			}
+			if again(out) {
+				return nil, nil
+			}
+			return out, nil
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
+}
+
+// emptyAgain is the outcome of a lone-key batch that found, once it held
+// the queue's lock in shared mode, that the queue needs the exclusive lock
+// after all (harvest_claim_batch.sql). It took nothing; the batch is sent
+// again, up to maxAgain times, then counts as empty.
+const (
+	emptyAgain = "again"
+	maxAgain   = 8
+)
+
+func again(out []Result) bool {
+	return len(out) == 1 && out[0].Empty == emptyAgain
 }
 
 func scanClaimed(row pgx.Row) (Result, error) {

@@ -54,8 +54,8 @@ func nullJSON(b json.RawMessage) any {
 
 // Enqueue inserts one task and returns its id. It is the only way tasks
 // enter a shard (the run's first task at start, retries and continuations
-// use the same database function), so the per-key summary the fair claim
-// reads stays exact. Run it in the transaction that writes the run.
+// use the same database function), so every new task is recorded as an
+// arrival that the next fair claim of its queue folds into the key heads. Run it in the transaction that writes the run.
 func Enqueue(ctx context.Context, db DB, t NewTask) (int64, error) {
 	if t.Queue == "" {
 		return 0, errors.New("claim: enqueue: empty queue name")

@@ -175,7 +175,7 @@ func (a *Admitter) Admitted(int) {}
 // the tenant on its shard until the transaction ends, so gateways racing
 // for one tenant at its limit admit exactly up to the limit. It does not
 // lock the tenant_running row itself: the start that follows writes the
-// run's key summary before it bumps the count, as cancels and finishes do,
+// run and its task before it bumps the count, as cancels and finishes do,
 // and taking the count row first would invert that order.
 func (a *Admitter) AdmitBefore(ctx context.Context, tx pgx.Tx, tenant string) error {
 	d, err := a.CheckBefore(ctx, tx, a.Home(tenant), tenant)

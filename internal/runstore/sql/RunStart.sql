@@ -1,6 +1,6 @@
 -- Start a run in one statement: insert the run unless (tenant, id) exists,
 -- enqueue its first task through harvest_enqueue (the schema's only task
--- insert path, which keeps the per-key summary exact) and count the run for
+-- insert path, which records its arrival for the fair claim) and count the run for
 -- its tenant. No row comes back when the id already exists: the caller then
 -- reads the existing run to tell a replay from a conflict.
 --

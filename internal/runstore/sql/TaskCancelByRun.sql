@@ -1,6 +1,6 @@
 -- Take every unfinished task of a run out of play: a pending one leaves the
--- claimable set (the tasks_summary trigger calls harvest_key_leave, so the
--- key's pending count and head stay exact), a scheduled one will never be
+-- claimable set (a key head that pointed at it is stale, never late, and
+-- the next fair claim of the queue moves it on), a scheduled one will never be
 -- promoted, and a running one loses its lease token, so the worker's next
 -- heartbeat, completion or failure is refused as a stale lease and its
 -- result is discarded. Returns the state each task was in.

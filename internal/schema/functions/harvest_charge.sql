@@ -22,7 +22,7 @@ BEGIN
     v_w := coalesce(v_w, 1);
     SELECT * INTO r_f FROM fair_state WHERE queue = p_queue AND key = p_key;
     IF NOT FOUND THEN
-        -- A key whose arrival was never folded (its summary was lost): its
+        -- A key whose arrival was never folded (its state was lost): its
         -- head is read from the index.
         SELECT * INTO r_head FROM harvest_key_head(p_queue, p_key, NULL, NULL, NULL, NULL);
         v_start := p_clock;

@@ -1,10 +1,17 @@
 -- Up to p_n claims in one statement, each in the order the single claim
 -- would take it; a fair batch charges the key of every row taken. A fair
 -- batch takes the queue's fair lock once, so the whole batch is one turn
--- of the queue's claims. Bulk steps (harvest_claim_bulk_fair,
+-- of the queue's claims; but while the queue has a single key with work
+-- (harvest_queue_lone), fair batches take the lock shared and claim side
+-- by side (harvest_claim_lone). Bulk steps (harvest_claim_bulk_fair,
 -- harvest_claim_bulk) take runs of rows at once where that gives the same
--- result; every other step is the single claim. When the batch stops early with refusals, a last row with
--- outcome 'refused' carries them. p_release_early: see harvest_claim.
+-- result; every other step is the single claim. When the batch stops early
+-- with refusals, a last row with outcome 'refused' carries them; a lone
+-- batch that finds, once it holds the lock, that the queue no longer has a
+-- single key returns one row with outcome 'again' and nothing else, and
+-- the caller sends it again (it cannot trade its shared lock for the
+-- exclusive one: two batches doing so would deadlock). p_release_early:
+-- see harvest_claim.
 CREATE OR REPLACE FUNCTION harvest_claim_batch(p_queue text, p_worker text, p_now timestamptz, p_fair boolean,
                                                p_aging integer, p_lease interval, p_n integer,
                                                p_release_early boolean)
@@ -16,7 +23,45 @@ DECLARE
     v_got  integer;
     v_bulk boolean;
     v_took boolean := false;
+    v_lone text;
 BEGIN
+    -- The lone case: a batch in a transaction of its own (in a caller's
+    -- transaction the shared lock would outlive the statement, and a later
+    -- claim of that transaction could not take the exclusive one), no
+    -- ageing and no row pinned to this worker, as for any bulk step, and
+    -- harvest_queue_lone both before the lock and under it (a key folded in
+    -- by an exclusive claim that held the lock meanwhile ends it).
+    IF p_fair AND p_release_early AND p_aging = 0 AND p_n > 1 AND NOT (p_worker <> '' AND EXISTS (
+            SELECT 1 FROM tasks x
+            WHERE x.queue = p_queue AND x.state = 'pending' AND x.sticky_worker = p_worker
+              AND x.sticky_until > coalesce(p_now, now()))) THEN
+        v_lone := harvest_queue_lone(p_queue, coalesce(p_now, now()));
+    END IF;
+    IF v_lone IS NOT NULL THEN
+        PERFORM harvest_queue_lock_shared(p_queue);
+        IF harvest_queue_lone(p_queue, coalesce(p_now, now())) IS DISTINCT FROM v_lone THEN
+            r_out.outcome := 'again';
+            RETURN NEXT r_out;
+            RETURN;
+        END IF;
+        PERFORM set_config('synchronous_commit', 'off', true);
+        -- Each call takes rows of one (priority, band) group of the key.
+        -- Nothing to take means other batches hold every row left.
+        LOOP
+            v_got := 0;
+            FOR r_out IN SELECT * FROM harvest_claim_lone(p_queue, v_lone, p_worker, p_now, p_lease, v_left) LOOP
+                v_got := v_got + 1;
+                RETURN NEXT r_out;
+            END LOOP;
+            v_left := v_left - v_got;
+            v_took := v_took OR v_got > 0;
+            EXIT WHEN v_got = 0 OR v_left = 0;
+        END LOOP;
+        IF v_took THEN
+            PERFORM set_config('harvest.flush', 'on', false);
+        END IF;
+        RETURN;
+    END IF;
     IF p_fair THEN
         PERFORM harvest_queue_lock(p_queue);
         IF p_release_early THEN

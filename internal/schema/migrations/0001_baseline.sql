@@ -78,8 +78,13 @@ CREATE TABLE tasks (
 ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_analyze_scale_factor = 0.02);
 
 CREATE INDEX tasks_run_pk ON tasks (run_pk);
--- Lease rescue scans running tasks by expiry.
-CREATE INDEX tasks_lease_expiry ON tasks (lease_expires_at) WHERE state = 'running';
+-- Lease rescue scans running tasks by expiry. Only a running task has a
+-- lease expiry (every way out of running clears it). The predicate names the
+-- expiry, not the state, on purpose: a statement that looks running tasks up
+-- by id (a completion batch) must not be planned as a scan of this index,
+-- which its statistics, taken when few tasks run, make look free, and which
+-- holds an entry for every task that ran since the last vacuum.
+CREATE INDEX tasks_lease_expiry ON tasks (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
 -- Concurrency caps count the running tasks of a quota key; tasks without
 -- one stay out of the index, so most claims do not write to it.
 CREATE INDEX tasks_running_quota ON tasks (queue, quota_key) WHERE state = 'running' AND quota_key <> '';

@@ -1,0 +1,132 @@
+-- Up to p_n claims of p_key, the one key of the queue with work (see
+-- harvest_queue_lone), for a batch that holds the queue's fair lock in
+-- shared mode. With a single key there is no order between keys to keep,
+-- so such batches need not take turns: each takes the next rows of the key
+-- that no other claim holds (SKIP LOCKED), leases them beside the others,
+-- and only then waits for the key's state row to charge them. Each charge
+-- is the single claim's arithmetic, row by row, from the state the previous
+-- holder of that row committed, so the key pays exactly for every claim
+-- whatever the order the batches commit in.
+--
+-- The rows come from the head's (priority, band) group first, else from
+-- the key's first rows; the caller calls again for the next group. The new
+-- head is the first row at or after the old one that is pending in this
+-- claim's view: rows another batch holds still count, so the head may be
+-- early (the next claim steps over them), never late.
+CREATE OR REPLACE FUNCTION harvest_claim_lone(p_queue text, p_key text, p_worker text, p_now timestamptz,
+                                              p_lease interval, p_n integer)
+RETURNS SETOF harvest_claimed
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_now     timestamptz := coalesce(p_now, now());
+    v_due_cut timestamptz := CASE WHEN p_now IS NULL THEN 'infinity'::timestamptz ELSE p_now END;
+    v_ids     bigint[];
+    v_rows    harvest_claimed[];
+    v_lags    double precision[];
+    v_k       integer;
+    v_i       integer;
+    v_w       double precision;
+    v_clock0  double precision;
+    v_clock   double precision;
+    v_pass    double precision;
+    v_start   double precision;
+    r_f       fair_state%ROWTYPE;
+    r_head    record;
+    r_out     harvest_claimed;
+BEGIN
+    SELECT * INTO r_f FROM fair_state WHERE queue = p_queue AND key = p_key;
+    -- A prune or repair may have run between the caller's look and its lock.
+    IF r_f.head_id IS NULL OR r_f.head_due > v_due_cut THEN
+        RETURN;
+    END IF;
+    SELECT array_agg(id ORDER BY o) INTO v_ids FROM (
+        SELECT x.id, row_number() OVER () AS o FROM (
+            SELECT y.id FROM tasks y
+            WHERE y.queue = p_queue AND y.fairness_key = p_key AND y.state = 'pending'
+              AND y.priority = r_f.head_prio AND y.continuation = r_f.head_cont
+              AND (y.due_at, y.id) >= (r_f.head_due, r_f.head_id) AND y.due_at <= v_due_cut
+            ORDER BY y.priority DESC, y.continuation DESC, y.due_at, y.id
+            LIMIT p_n FOR UPDATE SKIP LOCKED) x) s;
+    IF v_ids IS NULL THEN
+        SELECT array_agg(id ORDER BY o) INTO v_ids FROM (
+            SELECT x.id, row_number() OVER () AS o FROM (
+                SELECT y.id FROM tasks y
+                WHERE y.queue = p_queue AND y.fairness_key = p_key AND y.state = 'pending'
+                  AND y.due_at <= v_due_cut
+                ORDER BY y.priority DESC, y.continuation DESC, y.due_at, y.id
+                LIMIT p_n FOR UPDATE SKIP LOCKED) x) s;
+    END IF;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    v_k := cardinality(v_ids);
+
+    -- Lease the rows and mark their runs running.
+    WITH p AS (
+        SELECT p.id, p.ord FROM unnest(v_ids) WITH ORDINALITY AS p(id, ord)
+    ), u AS (
+        UPDATE tasks t SET
+            state            = 'running',
+            attempt          = t.attempt + 1,
+            lease_token      = gen_random_uuid(),
+            lease_expires_at = now() + p_lease,
+            claimed_by       = p_worker,
+            claimed_at       = clock_timestamp()
+        FROM p WHERE t.id = p.id
+        RETURNING t.*, p.ord
+    ), r AS (
+        UPDATE runs SET
+            status     = 'running',
+            attempts   = attempts + 1,
+            claimed_at = coalesce(claimed_at, now())
+        WHERE pk IN (SELECT u.run_pk FROM u) AND status IN ('queued', 'running')
+    )
+    SELECT array_agg(ROW('ok', 0, '[]'::jsonb, u.id, u.run_pk, u.queue, u.fairness_key, u.quota_key, u.priority,
+                         u.continuation, u.due_at, u.sticky_worker, u.sticky_until, u.step, u.input, u.attempt,
+                         u.lease_token, u.lease_expires_at, u.trace_context)::harvest_claimed ORDER BY u.ord)
+    INTO v_rows FROM u;
+
+    -- The charges, under the key's state row: what the batch that held it
+    -- before committed is what this one starts from.
+    SELECT * INTO r_f FROM fair_state WHERE queue = p_queue AND key = p_key FOR UPDATE;
+    v_clock0 := harvest_clock(p_queue);
+    v_clock := v_clock0;
+    v_w := 1;
+    IF p_key <> '' THEN
+        SELECT weight INTO v_w FROM weight_overrides WHERE queue = p_queue AND key = p_key;
+        v_w := coalesce(v_w, 1);
+    END IF;
+    v_pass := r_f.pass;
+    v_lags := array_fill(0::double precision, ARRAY[v_k]);
+    FOR v_i IN 1..v_k LOOP
+        v_start := CASE WHEN v_pass IS NULL THEN v_clock ELSE greatest(v_pass, v_clock) END;
+        v_lags[v_i] := v_start - v_clock;
+        v_pass := v_start + 1::double precision / v_w;
+        v_clock := greatest(v_clock, v_start);
+    END LOOP;
+    SELECT * INTO r_head FROM harvest_key_head(p_queue, p_key, r_f.head_prio, r_f.head_cont, r_f.head_due, r_f.head_id);
+    UPDATE fair_state SET
+        last_start = v_start,
+        pass       = v_pass,
+        charged_at = v_now,
+        in_debt    = true,
+        head_id    = r_head.head_id,
+        head_prio  = r_head.head_prio,
+        head_cont  = r_head.head_cont,
+        head_due   = r_head.head_due
+    WHERE queue = p_queue AND key = p_key;
+    IF v_clock > v_clock0 THEN
+        INSERT INTO fair_queues AS q (queue, clock) VALUES (p_queue, v_clock)
+        ON CONFLICT (queue) DO UPDATE SET clock = greatest(q.clock, excluded.clock);
+        UPDATE fair_state SET in_debt = false
+        WHERE queue = p_queue AND in_debt AND pass <= v_clock;
+    END IF;
+    FOR v_i IN 1..coalesce(cardinality(v_rows), 0) LOOP
+        r_out := v_rows[v_i];
+        r_out.lag := v_lags[v_i];
+        RETURN NEXT r_out;
+    END LOOP;
+END
+$$;
