@@ -30,6 +30,7 @@ type ClaimConfig struct {
 	Keys      []int   // light keys (the heavy key comes on top)
 	Claimers  []int   // concurrent claim loops
 	Claims    int     // measured claims per mode and claimer count (>= 2000 recommended)
+	Rounds    int     // turns the two modes take at each point (4); Claims are split over them
 	HeavyPct  float64 // share of the backlog in the one heavy key (0.9)
 	AgingSecs int     // > 0: claims (and picks) with priority ageing
 	Out       io.Writer
@@ -76,7 +77,10 @@ func RunClaim(ctx context.Context, cfg ClaimConfig) ([]ClaimPoint, error) {
 		cfg.HeavyPct = 0.9
 	}
 	if len(cfg.Claimers) == 0 {
-		cfg.Claimers = []int{1, 4}
+		cfg.Claimers = []int{1, 4, 16}
+	}
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 4
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
@@ -192,27 +196,41 @@ func runPoint(ctx context.Context, cfg ClaimConfig, backlog, keys int) (_ []Clai
 	var out []ClaimPoint
 	for _, c := range cfg.Claimers {
 		p := ClaimPoint{Bench: "claim", Backlog: backlog, Keys: keys, Claimers: c, Claims: cfg.Claims, AgingSecs: cfg.AgingSecs}
-		for _, fair := range []bool{true, false} {
-			lat, perSec, err := measureClaims(ctx, db, fair, cfg.AgingSecs, c, cfg.Claims)
-			if err != nil {
-				return nil, err
+		// The two modes take turns, fair first in odd rounds and ordinary
+		// first in even ones, so that a change of the machine's speed
+		// during the point weighs on both alike.
+		lat := map[bool][]time.Duration{}
+		took := map[bool]time.Duration{}
+		per := max(1, cfg.Claims/cfg.Rounds)
+		for r := range cfg.Rounds {
+			for _, fair := range []bool{r%2 == 0, r%2 == 1} {
+				l, d, err := measureClaims(ctx, db, fair, cfg.AgingSecs, c, per)
+				if err != nil {
+					return nil, err
+				}
+				lat[fair] = append(lat[fair], l...)
+				took[fair] += d
+				if err := reset(ctx, db); err != nil {
+					return nil, err
+				}
 			}
+		}
+		for _, fair := range []bool{true, false} {
 			// The pick alone is measured without ageing only: with ageing
 			// the claim's pick is spread over several statements.
 			var pick []time.Duration
 			if cfg.AgingSecs == 0 {
+				var err error
 				if pick, err = measurePicks(ctx, db, fair, cfg.Claims); err != nil {
 					return nil, err
 				}
 			}
-			if err := reset(ctx, db); err != nil {
-				return nil, err
-			}
+			perSec := float64(len(lat[fair])) / took[fair].Seconds()
 			if fair {
-				p.FairP50, p.FairP99, p.FairPerSec = pct(lat, 50), pct(lat, 99), float64(int(perSec+0.5))
+				p.FairP50, p.FairP99, p.FairPerSec = pct(lat[fair], 50), pct(lat[fair], 99), float64(int(perSec+0.5))
 				p.FairPickP50, p.FairPickP99 = pct(pick, 50), pct(pick, 99)
 			} else {
-				p.OrdinaryP50, p.OrdinaryP99, p.OrdinaryPerSec = pct(lat, 50), pct(lat, 99), float64(int(perSec+0.5))
+				p.OrdinaryP50, p.OrdinaryP99, p.OrdinaryPerSec = pct(lat[fair], 50), pct(lat[fair], 99), float64(int(perSec+0.5))
 				p.OrdinaryPickP50, p.OrdinaryPickP99 = pct(pick, 50), pct(pick, 99)
 			}
 		}
@@ -276,9 +294,9 @@ func reset(ctx context.Context, db *pgxpool.Pool) error {
 }
 
 // measureClaims runs n claims over c loops and returns each claim's
-// latency: one statement in autocommit, so pick, rechecks, lease, charge
-// and commit.
-func measureClaims(ctx context.Context, db *pgxpool.Pool, fair bool, aging, c, n int) ([]time.Duration, float64, error) {
+// latency (one statement in autocommit, so pick, rechecks, lease, charge
+// and commit) and the time they took together.
+func measureClaims(ctx context.Context, db *pgxpool.Pool, fair bool, aging, c, n int) ([]time.Duration, time.Duration, error) {
 	var (
 		mu   sync.Mutex
 		lat  = make([]time.Duration, 0, n)
@@ -322,7 +340,7 @@ func measureClaims(ctx context.Context, db *pgxpool.Pool, fair bool, aging, c, n
 	if len(errs) > 0 {
 		return nil, 0, errs[0]
 	}
-	return lat, float64(len(lat)) / elapsed.Seconds(), nil
+	return lat, elapsed, nil
 }
 
 // The pick alone, read-only: the statements the claim uses to choose its

@@ -27,11 +27,12 @@ func runBench(ctx context.Context, e env, args []string) error {
 
 func runBenchClaim(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "bench claim",
-		"bench claim [--backlog 10000,100000] [--keys 10,1000] [--claimers 1,4,16] [--claims 2000] [--aging 0] [--quiet]")
+		"bench claim [--backlog 10000,100000] [--keys 10,1000] [--claimers 1,4,16] [--claims 2000] [--rounds 4] [--aging 0] [--quiet]")
 	backlog := fs.String("backlog", "100000", "pending rows (comma-separated list: one fresh database per point)")
 	keys := fs.String("keys", "1000", "light fairness keys besides the heavy one (comma-separated list)")
 	claimers := fs.String("claimers", "1,4,16", "concurrent claim loops (comma-separated list)")
 	claims := fs.Int("claims", 2000, "measured claims per mode and claimer count")
+	rounds := fs.Int("rounds", 4, "turns the fair and ordinary claims take at each point (the claims are split over them)")
 	heavy := fs.Float64("heavy", 0.9, "share of the backlog held by the heavy key")
 	aging := fs.Int("aging", 0, "priority ageing period in seconds for both claims (0: off)")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
@@ -41,7 +42,10 @@ func runBenchClaim(ctx context.Context, e env, args []string) error {
 	if *aging < 0 {
 		return usageError{"--aging: must not be negative"}
 	}
-	cfg := bench.ClaimConfig{Claims: *claims, HeavyPct: *heavy, AgingSecs: *aging, Out: e.stdout, Log: e.stderr}
+	if *rounds < 1 {
+		return usageError{"--rounds: must be at least 1"}
+	}
+	cfg := bench.ClaimConfig{Claims: *claims, Rounds: *rounds, HeavyPct: *heavy, AgingSecs: *aging, Out: e.stdout, Log: e.stderr}
 	var err error
 	if cfg.Backlogs, err = intList("backlog", *backlog); err != nil {
 		return err

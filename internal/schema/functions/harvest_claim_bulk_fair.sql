@@ -186,31 +186,9 @@ BEGIN
 
     -- Lease the rows and mark their runs running; each row reports the lag
     -- its single claim would: its tag over the clock before it.
-    RETURN QUERY
-    WITH p AS (
-        SELECT p.id, p.ord, p.tag - greatest(v_clock0, coalesce(lag(p.tag) OVER (ORDER BY p.ord), v_clock0)) AS lag
-        FROM unnest(v_ids, v_tags) WITH ORDINALITY AS p(id, tag, ord)
-    ), u AS (
-        UPDATE tasks t SET
-            state            = 'running',
-            attempt          = t.attempt + 1,
-            lease_token      = gen_random_uuid(),
-            lease_expires_at = now() + p_lease,
-            claimed_by       = p_worker,
-            claimed_at       = clock_timestamp()
-        FROM p WHERE t.id = p.id
-        RETURNING t.*, p.ord, p.lag
-    ), r AS (
-        UPDATE runs SET
-            status     = 'running',
-            attempts   = attempts + 1,
-            claimed_at = coalesce(claimed_at, now())
-        WHERE pk IN (SELECT u.run_pk FROM u) AND status IN ('queued', 'running')
-    )
-    SELECT 'ok'::text, u.lag, '[]'::jsonb, u.id, u.run_pk, u.queue, u.fairness_key, u.quota_key, u.priority,
-           u.continuation, u.due_at, u.sticky_worker, u.sticky_until, u.step, u.input, u.attempt,
-           u.lease_token, u.lease_expires_at, u.trace_context
-    FROM u ORDER BY u.ord;
+    RETURN QUERY SELECT * FROM harvest_lease_rows(v_ids, ARRAY(
+        SELECT p.tag - greatest(v_clock0, coalesce(lag(p.tag) OVER (ORDER BY p.ord), v_clock0))
+        FROM unnest(v_tags) WITH ORDINALITY AS p(tag, ord) ORDER BY p.ord), p_worker, p_lease);
 
     -- Each key's last claim of the plan sets its state; its head moves on
     -- to the row after the last one taken: read while planning, or looked

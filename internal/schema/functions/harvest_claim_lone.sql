@@ -64,29 +64,7 @@ BEGIN
     v_k := cardinality(v_ids);
 
     -- Lease the rows and mark their runs running.
-    WITH p AS (
-        SELECT p.id, p.ord FROM unnest(v_ids) WITH ORDINALITY AS p(id, ord)
-    ), u AS (
-        UPDATE tasks t SET
-            state            = 'running',
-            attempt          = t.attempt + 1,
-            lease_token      = gen_random_uuid(),
-            lease_expires_at = now() + p_lease,
-            claimed_by       = p_worker,
-            claimed_at       = clock_timestamp()
-        FROM p WHERE t.id = p.id
-        RETURNING t.*, p.ord
-    ), r AS (
-        UPDATE runs SET
-            status     = 'running',
-            attempts   = attempts + 1,
-            claimed_at = coalesce(claimed_at, now())
-        WHERE pk IN (SELECT u.run_pk FROM u) AND status IN ('queued', 'running')
-    )
-    SELECT array_agg(ROW('ok', 0, '[]'::jsonb, u.id, u.run_pk, u.queue, u.fairness_key, u.quota_key, u.priority,
-                         u.continuation, u.due_at, u.sticky_worker, u.sticky_until, u.step, u.input, u.attempt,
-                         u.lease_token, u.lease_expires_at, u.trace_context)::harvest_claimed ORDER BY u.ord)
-    INTO v_rows FROM u;
+    v_rows := ARRAY(SELECT l FROM harvest_lease_rows(v_ids, NULL, p_worker, p_lease) l);
 
     -- The charges, under the key's state row: what the batch that held it
     -- before committed is what this one starts from.

@@ -1,0 +1,37 @@
+-- Lease the pending rows p_ids (locked by the caller) to p_worker and mark
+-- their runs running, in one update of each table, as the bulk and lone
+-- steps of a batch do; returns them as claims in the order of p_ids, each
+-- with lag p_lags[i] (0 when p_lags is NULL). The single claim leases its
+-- one row itself (harvest_claim_step).
+CREATE OR REPLACE FUNCTION harvest_lease_rows(p_ids bigint[], p_lags double precision[], p_worker text,
+                                              p_lease interval)
+RETURNS SETOF harvest_claimed
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY
+    WITH p AS (
+        SELECT p.id, p.ord, coalesce(p_lags[p.ord], 0) AS lag
+        FROM unnest(p_ids) WITH ORDINALITY AS p(id, ord)
+    ), u AS (
+        UPDATE tasks t SET
+            state            = 'running',
+            attempt          = t.attempt + 1,
+            lease_token      = gen_random_uuid(),
+            lease_expires_at = now() + p_lease,
+            claimed_by       = p_worker,
+            claimed_at       = clock_timestamp()
+        FROM p WHERE t.id = p.id
+        RETURNING t.*, p.ord, p.lag
+    ), r AS (
+        UPDATE runs SET
+            status     = 'running',
+            attempts   = attempts + 1,
+            claimed_at = coalesce(claimed_at, now())
+        WHERE pk IN (SELECT u.run_pk FROM u) AND status IN ('queued', 'running')
+    )
+    SELECT 'ok'::text, u.lag, '[]'::jsonb, u.id, u.run_pk, u.queue, u.fairness_key, u.quota_key, u.priority,
+           u.continuation, u.due_at, u.sticky_worker, u.sticky_until, u.step, u.input, u.attempt,
+           u.lease_token, u.lease_expires_at, u.trace_context
+    FROM u ORDER BY u.ord;
+END
+$$;
