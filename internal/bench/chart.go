@@ -221,7 +221,7 @@ func ClaimChart(path string, points []ChartPoint) error {
 		color color.Color
 		dash  []vg.Length
 	}{
-		{"fair claim (per-key summary)", func(c ChartPoint) float64 { return c.FairP50 }, color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, nil},
+		{"fair claim (per-key heads)", func(c ChartPoint) float64 { return c.FairP50 }, color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, nil},
 		{"ordinary claim (seek index)", func(c ChartPoint) float64 { return c.OrdinaryP50 }, color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, []vg.Length{vg.Points(4), vg.Points(2)}},
 		{"full scan (spec's shape, baseline)", func(c ChartPoint) float64 { return c.FullScanP50 }, color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, nil},
 	}

@@ -30,6 +30,17 @@ import (
 // worker's default, and many.
 var claimerCounts = []int{1, 4, 16}
 
+// atEachClaimerCount runs test in parallel subtests, one per claimer count
+// c, each with a fleet of three pools of c connections.
+func atEachClaimerCount(t *testing.T, test func(t *testing.T, c int, f *fleet)) {
+	for _, c := range claimerCounts {
+		t.Run(fmt.Sprintf("C=%d", c), func(t *testing.T) {
+			t.Parallel()
+			test(t, c, newFleet(t, 3, c))
+		})
+	}
+}
+
 // fleet is the claim side of a guarantee test: pools standing for worker
 // processes, and what the claim loops took.
 type fleet struct {
@@ -251,20 +262,16 @@ func (f *fleet) pending(key string) int {
 // gives four claims to one over the whole stretch.
 func TestGuaranteeWeightsHoldAtConcurrency(t *testing.T) {
 	t.Parallel()
-	for _, c := range claimerCounts {
-		t.Run(fmt.Sprintf("C=%d", c), func(t *testing.T) {
-			t.Parallel()
-			f := newFleet(t, 3, c)
-			f.setWeight("heavy", 4)
-			f.add("heavy", 0, 600)
-			f.add("light", 0, 300)
-			f.loops(c, 8, []string{"n1", "n2", "n3"}, func() bool {
-				return f.pending("heavy") == 0 || f.pending("light") == 0
-			})
-			got := f.order()
-			checkWeights(t, got, "heavy", 4, "light", 1)
+	atEachClaimerCount(t, func(t *testing.T, c int, f *fleet) {
+		f.setWeight("heavy", 4)
+		f.add("heavy", 0, 600)
+		f.add("light", 0, 300)
+		f.loops(c, 8, []string{"n1", "n2", "n3"}, func() bool {
+			return f.pending("heavy") == 0 || f.pending("light") == 0
 		})
-	}
+		got := f.order()
+		checkWeights(t, got, "heavy", 4, "light", 1)
+	})
 }
 
 // checkWeights checks the pair bound over the stretch in which both keys
@@ -303,32 +310,28 @@ func checkWeights(t *testing.T, got []claimedTask, a string, wa float64, b strin
 // first low-priority row, whatever the keys' debts.
 func TestGuaranteePriorityComesFirstAtConcurrency(t *testing.T) {
 	t.Parallel()
-	for _, c := range claimerCounts {
-		t.Run(fmt.Sprintf("C=%d", c), func(t *testing.T) {
-			t.Parallel()
-			f := newFleet(t, 3, c)
-			// The high key weighs little, so each of its claims puts it deep
-			// in debt, while the low key has none: the lag must not reorder
-			// them.
-			f.setWeight("high", 0.01)
-			f.add("low", 0, 300)
-			f.add("n1", 0, 50)
-			f.add("high", 10, 300)
-			f.loops(c, 8, []string{"n1", "n2"}, func() bool { return f.pending("high") == 0 && f.pending("low") < 200 })
-			got := f.order()
-			lastHigh, firstLow := -1, len(got)
-			for i, x := range got {
-				if x.prio == 10 {
-					lastHigh = i
-				} else if firstLow == len(got) {
-					firstLow = i
-				}
+	atEachClaimerCount(t, func(t *testing.T, c int, f *fleet) {
+		// The high key weighs little, so each of its claims puts it deep
+		// in debt, while the low key has none: the lag must not reorder
+		// them.
+		f.setWeight("high", 0.01)
+		f.add("low", 0, 300)
+		f.add("n1", 0, 50)
+		f.add("high", 10, 300)
+		f.loops(c, 8, []string{"n1", "n2"}, func() bool { return f.pending("high") == 0 && f.pending("low") < 200 })
+		got := f.order()
+		lastHigh, firstLow := -1, len(got)
+		for i, x := range got {
+			if x.prio == 10 {
+				lastHigh = i
+			} else if firstLow == len(got) {
+				firstLow = i
 			}
-			t.Logf("last high-priority claim %d, first low-priority claim %d of %d", lastHigh, firstLow, len(got))
-			require.Equal(t, 299, lastHigh, "the high-priority rows are the first 300 claims")
-			require.Equal(t, 300, firstLow)
-		})
-	}
+		}
+		t.Logf("last high-priority claim %d, first low-priority claim %d of %d", lastHigh, firstLow, len(got))
+		require.Equal(t, 299, lastHigh, "the high-priority rows are the first 300 claims")
+		require.Equal(t, 300, firstLow)
+	})
 }
 
 // The no-debt bound: a key that arrives with no debt is claimed after at
@@ -338,83 +341,79 @@ func TestGuaranteePriorityComesFirstAtConcurrency(t *testing.T) {
 // starts keep committing, the newcomer's own among them.
 func TestGuaranteeNoDebtKeyWaitsAtMostOneClaimPerKey(t *testing.T) {
 	t.Parallel()
-	for _, c := range claimerCounts {
-		t.Run(fmt.Sprintf("C=%d", c), func(t *testing.T) {
-			t.Parallel()
-			f := newFleet(t, 3, c)
-			floods := []string{"f1", "f2", "f3", "f4"}
-			for i, k := range floods {
-				f.setWeight(k, []float64{1, 2, 0.5, 3}[i])
-				f.add(k, 0, 2000)
-			}
-			type arrival struct {
-				key string
-				id  int64
-				at  time.Time
-			}
-			var (
-				arrivals []arrival
-				mu       sync.Mutex
-				claimed  atomic.Int64
-			)
-			go func() {
-				// Newcomers, one at a time, each arriving once the previous
-				// one was claimed; the newcomer then starts more of its own.
-				for i := range 12 {
-					key := fmt.Sprintf("new%d", i)
-					var id int64
-					if err := f.db().QueryRow(f.ctx, `INSERT INTO tasks (run_pk, queue, fairness_key)
-						VALUES ($1, 'q', $2) RETURNING id`, f.run, key).Scan(&id); err != nil {
-						return
-					}
-					mu.Lock()
-					arrivals = append(arrivals, arrival{key, id, time.Now()})
-					mu.Unlock()
-					_, _ = f.db().Exec(f.ctx, `INSERT INTO tasks (run_pk, queue, fairness_key)
-						SELECT $1, 'q', $2 FROM generate_series(1, 3)`, f.run, key)
-					for f.ctx.Err() == nil {
-						var state string
-						if err := f.db().QueryRow(f.ctx, `SELECT state FROM tasks WHERE id = $1`, id).Scan(&state); err != nil || state != "pending" {
-							break
-						}
-						time.Sleep(time.Millisecond)
-					}
+	atEachClaimerCount(t, func(t *testing.T, c int, f *fleet) {
+		floods := []string{"f1", "f2", "f3", "f4"}
+		for i, k := range floods {
+			f.setWeight(k, []float64{1, 2, 0.5, 3}[i])
+			f.add(k, 0, 2000)
+		}
+		type arrival struct {
+			key string
+			id  int64
+			at  time.Time
+		}
+		var (
+			arrivals []arrival
+			mu       sync.Mutex
+			claimed  atomic.Int64
+		)
+		go func() {
+			// Newcomers, one at a time, each arriving once the previous
+			// one was claimed; the newcomer then starts more of its own.
+			for i := range 12 {
+				key := fmt.Sprintf("new%d", i)
+				var id int64
+				if err := f.db().QueryRow(f.ctx, `INSERT INTO tasks (run_pk, queue, fairness_key)
+					VALUES ($1, 'q', $2) RETURNING id`, f.run, key).Scan(&id); err != nil {
+					return
 				}
-				claimed.Store(1)
-			}()
-			f.loops(c, 8, floods, func() bool { return claimed.Load() == 1 })
-			got := f.order()
-			pos := map[int64]int{}
-			for i, x := range got {
-				pos[x.id] = i
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			require.Len(t, arrivals, 12)
-			worst := 0
-			for _, a := range arrivals {
-				p, ok := pos[a.id]
-				require.True(t, ok, "newcomer %s was never claimed", a.key)
-				waited := 0
-				for _, x := range got[:p] {
-					if x.started.After(a.at) {
-						waited++
+				mu.Lock()
+				arrivals = append(arrivals, arrival{key, id, time.Now()})
+				mu.Unlock()
+				_, _ = f.db().Exec(f.ctx, `INSERT INTO tasks (run_pk, queue, fairness_key)
+					SELECT $1, 'q', $2 FROM generate_series(1, 3)`, f.run, key)
+				for f.ctx.Err() == nil {
+					var state string
+					if err := f.db().QueryRow(f.ctx, `SELECT state FROM tasks WHERE id = $1`, id).Scan(&state); err != nil || state != "pending" {
+						break
 					}
+					time.Sleep(time.Millisecond)
 				}
-				// The other keys with work when it arrived: every key claimed
-				// by a statement sent after that (a superset).
-				others := map[string]bool{}
-				for _, x := range got {
-					if x.key != a.key && x.started.After(a.at) {
-						others[x.key] = true
-					}
-				}
-				require.LessOrEqual(t, waited, len(others), "newcomer %s waited %d claims", a.key, waited)
-				worst = max(worst, waited)
 			}
-			t.Logf("%d newcomers, the longest waited %d claims, %d claims in all", len(arrivals), worst, len(got))
-		})
-	}
+			claimed.Store(1)
+		}()
+		f.loops(c, 8, floods, func() bool { return claimed.Load() == 1 })
+		got := f.order()
+		pos := map[int64]int{}
+		for i, x := range got {
+			pos[x.id] = i
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, arrivals, 12)
+		worst := 0
+		for _, a := range arrivals {
+			p, ok := pos[a.id]
+			require.True(t, ok, "newcomer %s was never claimed", a.key)
+			waited := 0
+			for _, x := range got[:p] {
+				if x.started.After(a.at) {
+					waited++
+				}
+			}
+			// The other keys with work when it arrived: every key claimed
+			// by a statement sent after that (a superset).
+			others := map[string]bool{}
+			for _, x := range got {
+				if x.key != a.key && x.started.After(a.at) {
+					others[x.key] = true
+				}
+			}
+			require.LessOrEqual(t, waited, len(others), "newcomer %s waited %d claims", a.key, waited)
+			worst = max(worst, waited)
+		}
+		t.Logf("%d newcomers, the longest waited %d claims, %d claims in all", len(arrivals), worst, len(got))
+	})
 }
 
 // Idle time earns no credit: a key that was served, went idle while others
@@ -423,50 +422,46 @@ func TestGuaranteeNoDebtKeyWaitsAtMostOneClaimPerKey(t *testing.T) {
 // by weight stay within the pair bound.
 func TestGuaranteeNoBurstAfterIdle(t *testing.T) {
 	t.Parallel()
-	for _, c := range claimerCounts {
-		t.Run(fmt.Sprintf("C=%d", c), func(t *testing.T) {
-			t.Parallel()
-			f := newFleet(t, 3, c)
-			f.setWeight("busy", 2)
-			f.add("busy", 0, 1500)
-			f.add("other", 0, 1500)
-			f.add("idler", 0, 5)
-			var (
-				back   atomic.Bool // the idler's second visit was started
-				comeMu sync.Mutex
-			)
-			f.loops(c, 8, []string{"n1"}, func() bool {
-				if !back.Load() {
-					comeMu.Lock()
-					// The idler drained; it stays away for a while.
-					var n int
-					if !back.Load() && f.pending("idler") == 0 &&
-						f.db().QueryRow(f.ctx, `SELECT count(*) FROM tasks WHERE state = 'done'`).Scan(&n) == nil && n > 400 {
-						f.add("idler", 0, 400)
-						back.Store(true)
-					}
-					comeMu.Unlock()
+	atEachClaimerCount(t, func(t *testing.T, c int, f *fleet) {
+		f.setWeight("busy", 2)
+		f.add("busy", 0, 1500)
+		f.add("other", 0, 1500)
+		f.add("idler", 0, 5)
+		var (
+			back   atomic.Bool // the idler's second visit was started
+			comeMu sync.Mutex
+		)
+		f.loops(c, 8, []string{"n1"}, func() bool {
+			if !back.Load() {
+				comeMu.Lock()
+				// The idler drained; it stays away for a while.
+				var n int
+				if !back.Load() && f.pending("idler") == 0 &&
+					f.db().QueryRow(f.ctx, `SELECT count(*) FROM tasks WHERE state = 'done'`).Scan(&n) == nil && n > 400 {
+					f.add("idler", 0, 400)
+					back.Store(true)
 				}
-				return back.Load() && f.pending("idler") == 0
-			})
-			got := f.order()
-			// From the first claim of the idler's second visit on.
-			first := -1
-			seen := 0
-			for i, x := range got {
-				if x.key == "idler" {
-					seen++
-					if seen == 6 {
-						first = i
-						break
-					}
+				comeMu.Unlock()
+			}
+			return back.Load() && f.pending("idler") == 0
+		})
+		got := f.order()
+		// From the first claim of the idler's second visit on.
+		first := -1
+		seen := 0
+		for i, x := range got {
+			if x.key == "idler" {
+				seen++
+				if seen == 6 {
+					first = i
+					break
 				}
 			}
-			require.Positive(t, first, "the idler never came back")
-			checkWeightsFrom(t, got[first:], "idler", 1, "busy", 2)
-			checkWeightsFrom(t, got[first:], "idler", 1, "other", 1)
-		})
-	}
+		}
+		require.Positive(t, first, "the idler never came back")
+		checkWeightsFrom(t, got[first:], "idler", 1, "busy", 2)
+		checkWeightsFrom(t, got[first:], "idler", 1, "other", 1)
+	})
 }
 
 // checkWeightsFrom checks only the pair bound, from the start of got.

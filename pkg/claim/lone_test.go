@@ -1,7 +1,6 @@
 package claim_test
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -20,92 +19,88 @@ import (
 // flood runs out.
 func TestLoneKeyBatchesChargeExactlyAndYieldToANewKey(t *testing.T) {
 	t.Parallel()
-	for _, c := range claimerCounts {
-		t.Run(fmt.Sprintf("C=%d", c), func(t *testing.T) {
-			t.Parallel()
-			const flood = 2000
-			f := newFleet(t, 3, c)
-			f.setWeight("flood", 2)
-			f.add("flood", 0, flood)
+	atEachClaimerCount(t, func(t *testing.T, c int, f *fleet) {
+		const flood = 2000
+		f.setWeight("flood", 2)
+		f.add("flood", 0, flood)
 
-			var (
-				wg      sync.WaitGroup
-				mu      sync.Mutex
-				seen    = map[int64]bool{}
-				dups    int
-				claimed atomic.Int64
-				errs    = make(chan error, c)
-			)
-			for i := range c {
-				db := f.pools[i%len(f.pools)]
-				rng := rand.New(rand.NewPCG(uint64(i), 11))
-				wg.Go(func() {
-					req := claim.Request{Queue: "q", Worker: "w", Fair: true, Lease: time.Hour}
-					for f.ctx.Err() == nil {
-						rs, err := claim.ClaimBatch(f.ctx, db, req, 2+rng.IntN(49))
-						if err != nil {
-							errs <- err
-							return
-						}
-						var took []claim.Completion
-						mu.Lock()
-						for _, r := range rs {
-							if r.OK {
-								if seen[r.Task.ID] {
-									dups++
-								}
-								seen[r.Task.ID] = true
-								took = append(took, claim.Completion{ID: r.Task.ID, Token: r.Task.LeaseToken})
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			seen    = map[int64]bool{}
+			dups    int
+			claimed atomic.Int64
+			errs    = make(chan error, c)
+		)
+		for i := range c {
+			db := f.pools[i%len(f.pools)]
+			rng := rand.New(rand.NewPCG(uint64(i), 11))
+			wg.Go(func() {
+				req := claim.Request{Queue: "q", Worker: "w", Fair: true, Lease: time.Hour}
+				for f.ctx.Err() == nil {
+					rs, err := claim.ClaimBatch(f.ctx, db, req, 2+rng.IntN(49))
+					if err != nil {
+						errs <- err
+						return
+					}
+					var took []claim.Completion
+					mu.Lock()
+					for _, r := range rs {
+						if r.OK {
+							if seen[r.Task.ID] {
+								dups++
 							}
-						}
-						mu.Unlock()
-						if len(took) == 0 {
-							if f.pending("flood") == 0 && f.pending("late") == 0 {
-								return
-							}
-							continue
-						}
-						claimed.Add(int64(len(took)))
-						if _, err := claim.CompleteBatch(f.ctx, db, took); err != nil {
-							errs <- err
-							return
+							seen[r.Task.ID] = true
+							took = append(took, claim.Completion{ID: r.Task.ID, Token: r.Task.LeaseToken})
 						}
 					}
-				})
-			}
-			// A second key arrives once a quarter of the flood is claimed.
-			for claimed.Load() < flood/4 && f.ctx.Err() == nil {
-				time.Sleep(time.Millisecond)
-			}
-			f.add("late", 0, 3)
-			var before int
-			require.NoError(t, f.db().QueryRow(f.ctx, `SELECT count(*) FROM tasks
-				WHERE queue = 'q' AND fairness_key = 'flood' AND state <> 'pending'`).Scan(&before))
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
+					mu.Unlock()
+					if len(took) == 0 {
+						if f.pending("flood") == 0 && f.pending("late") == 0 {
+							return
+						}
+						continue
+					}
+					claimed.Add(int64(len(took)))
+					if _, err := claim.CompleteBatch(f.ctx, db, took); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		// A second key arrives once a quarter of the flood is claimed.
+		for claimed.Load() < flood/4 && f.ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		f.add("late", 0, 3)
+		var before int
+		require.NoError(t, f.db().QueryRow(f.ctx, `SELECT count(*) FROM tasks
+			WHERE queue = 'q' AND fairness_key = 'flood' AND state <> 'pending'`).Scan(&before))
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
 
-			require.Zero(t, dups, "rows claimed twice")
-			require.Len(t, seen, flood+3)
-			// Weight 2 from a clock of 0: the flood's claims start at 0,
-			// 0.5, 1, ...; the late key's three claims each started at the
-			// clock of their time, so they add no pass to the flood.
-			var pass float64
-			require.NoError(t, f.db().QueryRow(f.ctx, `SELECT pass FROM fair_state WHERE queue = 'q' AND key = 'flood'`).Scan(&pass))
-			require.Equal(t, float64(flood)/2, pass, "the flood was charged for every claim, once")
-			// The late key gave way at once: after its start committed, the
-			// flood took only the batches already under way (at most one
-			// per loop, of up to 50) and the few claims whose tags come
-			// before the late key's third, not the rest of its backlog.
-			var upTo int
-			require.NoError(t, f.db().QueryRow(f.ctx, `SELECT count(*) FROM tasks
-				WHERE queue = 'q' AND fairness_key = 'flood'
-				  AND claimed_at <= (SELECT max(claimed_at) FROM tasks WHERE queue = 'q' AND fairness_key = 'late')`).Scan(&upTo))
-			require.LessOrEqual(t, upTo-before, c*50+10, "the late key waited for the flood")
-		})
-	}
+		require.Zero(t, dups, "rows claimed twice")
+		require.Len(t, seen, flood+3)
+		// Weight 2 from a clock of 0: the flood's claims start at 0,
+		// 0.5, 1, ...; the late key's three claims each started at the
+		// clock of their time, so they add no pass to the flood.
+		var pass float64
+		require.NoError(t, f.db().QueryRow(f.ctx, `SELECT pass FROM fair_state WHERE queue = 'q' AND key = 'flood'`).Scan(&pass))
+		require.Equal(t, float64(flood)/2, pass, "the flood was charged for every claim, once")
+		// The late key gave way at once: after its start committed, the
+		// flood took only the batches already under way (at most one
+		// per loop, of up to 50) and the few claims whose tags come
+		// before the late key's third, not the rest of its backlog.
+		var upTo int
+		require.NoError(t, f.db().QueryRow(f.ctx, `SELECT count(*) FROM tasks
+			WHERE queue = 'q' AND fairness_key = 'flood'
+			  AND claimed_at <= (SELECT max(claimed_at) FROM tasks WHERE queue = 'q' AND fairness_key = 'late')`).Scan(&upTo))
+		require.LessOrEqual(t, upTo-before, c*50+10, "the late key waited for the flood")
+	})
 }
 
 // A lone batch looks at the queue before it takes the shared lock. Should
