@@ -14,13 +14,14 @@ import (
 
 func runBenchFleet(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "bench fleet",
-		"bench fleet [-flood 100000] [-workers 2] [-slots 50] [-claim-batch 50] [-claimers 1] [-light-rate 1] [-fair on|off|both] [-vs-river] [-pairs 3] [-out-dir DIR]")
+		"bench fleet [-flood 100000] [-workers 2] [-slots 50] [-claim-batch 50] [-claimers 1] [-light-rate 1] [-fair on|off|both] [-vs-river] [-river-cooldown 1ms] [-pairs 3] [-out-dir DIR]")
 	flood := fs.Int("flood", 100000, "no-op tasks of the heavy key inserted before the workers start")
 	workers := fs.Int("workers", 2, "worker processes")
 	slots := fs.Int("slots", 50, "task slots per worker (HARVEST_WORKER_MAX_CONCURRENT_CLAIMS); workers x slots is River's -slots")
 	lightRate := fs.Float64("light-rate", 1, "light tenant's starts per second, from 1 s into the drain")
 	fair := fs.String("fair", "both", "Harvest runs per round: on, off or both (on first)")
-	vsRiver := fs.Bool("vs-river", false, "run River (bench/river, as it ships) after the first Harvest run of each round")
+	vsRiver := fs.Bool("vs-river", false, "after the first Harvest run of each round, run River (bench/river) as it ships and tuned, and the floor (a bare one-table queue)")
+	riverCooldown := fs.Duration("river-cooldown", time.Millisecond, "fetch cooldown of the tuned River run (River's smallest is 1ms)")
 	pairs := fs.Int("pairs", 3, "rounds")
 	batch := fs.Int("claim-batch", 50, "rows per claim statement (HARVEST_WORKER_CLAIM_BATCH; 1: one claim per task)")
 	claimers := fs.Int("claimers", 1, "claim statements in flight per worker (HARVEST_WORKER_BATCH_CLAIMERS)")
@@ -39,7 +40,7 @@ func runBenchFleet(ctx context.Context, e env, args []string) error {
 	}
 	cfg := fleetbench.Config{
 		Flood: *flood, Workers: *workers, Slots: *slots, LightRate: *lightRate, ClaimBatch: *batch,
-		Claimers: *claimers, VsRiver: *vsRiver, Pairs: *pairs, MaxDuration: *maxDur, OutDir: *outDir,
+		Claimers: *claimers, VsRiver: *vsRiver, RiverCooldown: *riverCooldown, Pairs: *pairs, MaxDuration: *maxDur, OutDir: *outDir,
 		ChartDir: *chartDir, Profile: *profile, NoJanitor: !*janitor, NATSURL: *natsURL, Out: e.stdout, Log: e.stderr,
 	}
 	switch *fair {

@@ -39,8 +39,13 @@ type Config struct {
 	ClaimBatch int
 	Claimers   int
 	Fair       []bool // Harvest runs of each pair: fairness on and/or off, in this order
-	VsRiver    bool   // add a River run to each pair
-	Pairs      int    // rounds (3)
+	// VsRiver adds to each round, after its first Harvest run, River as it
+	// ships, River tuned (RiverCooldown) and the floor (floor.go).
+	VsRiver bool
+	// RiverCooldown is the tuned River run's fetch cooldown (1ms, River's
+	// smallest, when zero).
+	RiverCooldown time.Duration
+	Pairs         int // rounds (3)
 	// MaxDuration bounds each run's drain; a run that has not drained by
 	// then is reported with drained false.
 	MaxDuration time.Duration
@@ -91,6 +96,11 @@ type Result struct {
 	Keys            []KeyShare `json:"keys,omitempty"`
 	Load1           [2]float64 `json:"load1"` // 1-minute load average at start and end
 	FetchCooldownMS float64    `json:"fetch_cooldown_ms,omitempty"`
+	// The database server's CPU time and WAL per task from the start of
+	// the workers (River: its client) until the flood drained; see
+	// dbcost.go.
+	DBCPUPerTaskUS  float64    `json:"db_cpu_us_per_task,omitempty"`
+	WALBytesPerTask float64    `json:"wal_bytes_per_task,omitempty"`
 	Series          string     `json:"series,omitempty"` // file with the per-second claims per key
 	Profile         string     `json:"cpu_profile,omitempty"`
 	Functions       []FuncStat `json:"pg_functions,omitempty"` // top SQL functions by own time
@@ -105,8 +115,12 @@ type PairResult struct {
 	Pair          int     `json:"pair"`
 	HarvestFair   float64 `json:"harvest_fair_tasks_per_s,omitempty"`
 	HarvestOff    float64 `json:"harvest_unfair_tasks_per_s,omitempty"`
-	River         float64 `json:"river_tasks_per_s,omitempty"`
+	River         float64 `json:"river_tasks_per_s,omitempty"`       // as shipped
+	RiverTuned    float64 `json:"river_tuned_tasks_per_s,omitempty"` // RiverCooldown
+	Floor         float64 `json:"floor_tasks_per_s,omitempty"`
 	VsRiver       float64 `json:"harvest_fair_over_river,omitempty"`
+	VsRiverTuned  float64 `json:"harvest_fair_over_river_tuned,omitempty"`
+	OfFloor       float64 `json:"harvest_fair_over_floor,omitempty"`
 	FairCostPct   float64 `json:"fairness_cost_pct,omitempty"`
 	FairLightP99  float64 `json:"harvest_fair_light_p99_ms,omitempty"`
 	RiverLightP99 float64 `json:"river_light_p99_ms,omitempty"`
@@ -125,6 +139,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, []PairResult, error) {
 	}
 	if len(cfg.Fair) == 0 {
 		return nil, nil, errors.New("fleetbench: no Harvest mode to run")
+	}
+	if cfg.RiverCooldown == 0 {
+		cfg.RiverCooldown = time.Millisecond
 	}
 	if cfg.OutDir != "" {
 		if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
@@ -169,16 +186,35 @@ func Run(ctx context.Context, cfg Config) ([]Result, []PairResult, error) {
 			// River runs right after the first Harvest run of the round, so
 			// that each round alternates A B (A').
 			if i == 0 && cfg.VsRiver {
-				cfg.logf("fleet: round %d/%d: River", p, cfg.Pairs)
-				r, err := runRiver(ctx, &cfg)
+				cfg.logf("fleet: round %d/%d: River as shipped", p, cfg.Pairs)
+				r, err := runRiver(ctx, &cfg, 0)
 				if err := run(r, err); err != nil {
 					return results, pairs, err
 				}
 				pr.River, pr.RiverLightP99 = r.TasksPerS, r.LightP99
+				cfg.logf("fleet: round %d/%d: River tuned (fetch cooldown %s)", p, cfg.Pairs, cfg.RiverCooldown)
+				r, err = runRiver(ctx, &cfg, cfg.RiverCooldown)
+				if err := run(r, err); err != nil {
+					return results, pairs, err
+				}
+				pr.RiverTuned = r.TasksPerS
+				cfg.logf("fleet: round %d/%d: the floor", p, cfg.Pairs)
+				r, err = runFloor(ctx, &cfg)
+				if err := run(r, err); err != nil {
+					return results, pairs, err
+				}
+				pr.Floor = r.TasksPerS
 			}
 		}
-		if pr.River > 0 && pr.HarvestFair > 0 {
-			pr.VsRiver = round(pr.HarvestFair / pr.River)
+		if pr.HarvestFair > 0 {
+			for _, c := range []struct {
+				of  float64
+				out *float64
+			}{{pr.River, &pr.VsRiver}, {pr.RiverTuned, &pr.VsRiverTuned}, {pr.Floor, &pr.OfFloor}} {
+				if c.of > 0 {
+					*c.out = round(pr.HarvestFair / c.of)
+				}
+			}
 		}
 		if pr.HarvestOff > 0 && pr.HarvestFair > 0 {
 			pr.FairCostPct = round(100 * (1 - pr.HarvestFair/pr.HarvestOff))
@@ -223,11 +259,15 @@ func onOff(b bool) string {
 // WriteTable prints the runs and the rounds readably.
 func WriteTable(w io.Writer, results []Result, pairs []PairResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tsystem\tfair\tslots\ttasks/s\tdrain s\tlight n\tlight p50 ms\tlight p99 ms\tlight max ms\tpeak RSS MB (workers; gateway)\tdrained\t")
+	fmt.Fprintln(tw, "round\tsystem\tfair\tslots\ttasks/s\tdrain s\tlight n\tlight p50 ms\tlight p99 ms\tlight max ms\tdb CPU µs/task\tWAL B/task\tpeak RSS MB (workers; gateway)\tdrained\t")
 	for _, r := range results {
 		fair := "-"
 		if r.Fair != nil {
 			fair = onOff(*r.Fair)
+		}
+		system := r.System
+		if r.System == "river" {
+			system = fmt.Sprintf("river (%g ms cooldown)", r.FetchCooldownMS)
 		}
 		var rss string
 		if r.System == "harvest" {
@@ -236,18 +276,20 @@ func WriteTable(w io.Writer, results []Result, pairs []PairResult) {
 				ws = append(ws, fmt.Sprintf("%.1f", m))
 			}
 			rss = strings.Join(ws, ", ") + fmt.Sprintf("; %.1f", r.GatewayRSSMB)
-		} else {
+		} else if r.System == "river" {
 			rss = fmt.Sprintf("%.1f", r.PeakRSSMB)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.0f\t%.1f\t%d\t%.1f\t%.1f\t%.1f\t%s\t%v\t\n",
-			r.Pair, r.System, fair, r.Slots, r.TasksPerS, r.DrainS, r.LightJobs, r.LightP50, r.LightP99, r.LightMax, rss, r.Drained)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.0f\t%.1f\t%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%s\t%v\t\n",
+			r.Pair, system, fair, r.Slots, r.TasksPerS, r.DrainS, r.LightJobs, r.LightP50, r.LightP99, r.LightMax,
+			r.DBCPUPerTaskUS, r.WALBytesPerTask, rss, r.Drained)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tharvest fair/s\tharvest unfair/s\triver/s\tfair / river\tfairness cost %\t")
+	fmt.Fprintln(tw, "round\tharvest fair/s\tharvest unfair/s\triver shipped/s\triver tuned/s\tfloor/s\tfair / river shipped\tfair / river tuned\tfair / floor\tfairness cost %\t")
 	for _, p := range pairs {
-		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.2f\t%.1f\t\n", p.Pair, p.HarvestFair, p.HarvestOff, p.River, p.VsRiver, p.FairCostPct)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t\n", p.Pair, p.HarvestFair, p.HarvestOff,
+			p.River, p.RiverTuned, p.Floor, p.VsRiver, p.VsRiverTuned, p.OfFloor, p.FairCostPct)
 	}
 	_ = tw.Flush()
 }

@@ -285,7 +285,11 @@ func runHarvest(ctx context.Context, cfg *Config, natsURL string, fair bool, pai
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	// The workers.
+	// The workers; the database's cost is counted from before they start.
+	costFrom, err := sampleDB(ctx, db)
+	if err != nil {
+		return res, fmt.Errorf("sample database: %w", err)
+	}
 	var readies []<-chan struct{}
 	var workers []*proc
 	for i := range cfg.Workers {
@@ -407,6 +411,11 @@ poll:
 			break
 		}
 	}
+	costTo, err := sampleDB(ctx, db)
+	if err != nil {
+		stopLight()
+		return res, fmt.Errorf("sample database: %w", err)
+	}
 	if bar != nil {
 		_ = bar.Finish()
 	}
@@ -432,6 +441,9 @@ poll:
 	}
 	if err := figures(ctx, db, &res); err != nil {
 		return res, err
+	}
+	if err := cost(ctx, db, costFrom, costTo, cfg.Flood+res.LightJobs, &res); err != nil {
+		return res, fmt.Errorf("database cost: %w", err)
 	}
 	if err := functionStats(ctx, db, &res); err != nil {
 		cfg.logf("fleet: pg_stat_user_functions: %v", err)
