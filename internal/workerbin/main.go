@@ -157,9 +157,15 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] =
 			strconv.FormatInt(max(cfg.Lease, time.Second).Milliseconds(), 10)
 	}
-	// One connection per claim loop (each also heartbeats), plus the
-	// janitor and some slack.
-	pcfg.MaxConns = max(pcfg.MaxConns, int32(2*cfg.MaxConcurrentClaims+2))
+	// One claim loop per task slot needs a connection per loop (each also
+	// heartbeats), plus the janitor and some slack. In batch mode the slots
+	// share a few claim statements and one completer; the tasks' own
+	// statements (heartbeats, failures, continuations) are short.
+	conns := 2*cfg.MaxConcurrentClaims + 2
+	if cfg.ClaimBatch > 1 {
+		conns = min(conns, 2*cfg.BatchClaimers+16)
+	}
+	pcfg.MaxConns = max(pcfg.MaxConns, int32(conns))
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d (%s): %w", cfg.Shard, config.Redact(url), err)

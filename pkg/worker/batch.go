@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/sourcegraph/conc"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -162,7 +163,22 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 	req := claim.Request{Queue: queue, Worker: w.cfg.ID, Fair: w.cfg.FairnessKeys,
 		AgingSecs: w.cfg.PriorityAgingSecs, Lease: w.cfg.Lease}
 	start := time.Now()
-	rs, err := claim.ClaimBatch(ctx, w.db, req, n)
+	// The statement serves many runs, so it cannot sit in any one run's
+	// trace: it gets a span of the worker's own, which each task's claim
+	// span (in its run's trace) links to, and its Postgres spans hang
+	// below it.
+	bctx, bspan := w.inst.tracer.Start(ctx, "harvest.claim_batch", trace.WithAttributes(
+		attribute.String("harvest.queue", queue),
+		attribute.Int("harvest.shard", w.cfg.Shard),
+		attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
+		attribute.Int("harvest.claim.want", n)))
+	rs, err := claim.ClaimBatch(bctx, w.db, req, n)
+	bspan.SetAttributes(attribute.Int("harvest.claim.batch", len(rs)))
+	if err != nil {
+		bspan.RecordError(err)
+		bspan.SetStatus(codes.Error, "claim batch")
+	}
+	bspan.End()
 	labels := metric.WithAttributes(attribute.String("queue", queue), attribute.Bool("fair", w.cfg.FairnessKeys))
 	w.inst.claimLatency.Record(ctx, time.Since(start).Seconds(), labels)
 	if err != nil {
@@ -220,17 +236,18 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 			c.parent = sc
 			sctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
-		_, span := w.inst.tracer.Start(sctx, "harvest.claim", trace.WithTimestamp(start), trace.WithAttributes(
-			attribute.String("harvest.queue", queue),
-			attribute.Int("harvest.shard", w.cfg.Shard),
-			attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
-			attribute.Bool("harvest.dispatch", false),
-			attribute.Int("harvest.claim.batch", len(took)),
-			attribute.String("harvest.claim.outcome", "ok"),
-			attribute.String("harvest.fairness_key", ct.Key),
-			attribute.Float64("harvest.claim.lag", r.Lag),
-			attribute.Int64("harvest.task_id", ct.ID),
-			attribute.Int("harvest.attempt", ct.Attempt)))
+		_, span := w.inst.tracer.Start(sctx, "harvest.claim", trace.WithTimestamp(start),
+			trace.WithLinks(trace.Link{SpanContext: bspan.SpanContext()}), trace.WithAttributes(
+				attribute.String("harvest.queue", queue),
+				attribute.Int("harvest.shard", w.cfg.Shard),
+				attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
+				attribute.Bool("harvest.dispatch", false),
+				attribute.Int("harvest.claim.batch", len(took)),
+				attribute.String("harvest.claim.outcome", "ok"),
+				attribute.String("harvest.fairness_key", ct.Key),
+				attribute.Float64("harvest.claim.lag", r.Lag),
+				attribute.Int64("harvest.task_id", ct.ID),
+				attribute.Int("harvest.attempt", ct.Attempt)))
 		c.links = append(c.links, trace.Link{SpanContext: span.SpanContext()})
 		ri, found := runs[ct.RunPK]
 		if err != nil || !found {

@@ -76,15 +76,26 @@ func TestWeightChangeReachesRunningWorkerAtNextClaim(t *testing.T) {
 	require.InDelta(t, 30, count(order[before:before+after]), 1, "after the change: %v", order[before:before+after])
 }
 
-// The guarantees hold with the worker's defaults and beyond: two workers,
-// each with 4 claim loops (the default) or 16, on one shard. Weight 4
-// against weight 1 over co-due runs of both keys gives four claims to one
-// while both have work, and a priority-10 flood is claimed before a
-// priority-0 one, but for claims in flight together.
+// The guarantees hold with the worker's defaults and beyond: two workers
+// on one shard, claiming in batches into 50 slots (the default), or with 4
+// or 16 single-claim loops. Weight 4 against weight 1 over co-due runs of
+// both keys gives four claims to one while both have work, and a
+// priority-10 flood is claimed before a priority-0 one, but for claims in
+// flight together: one batch statement per worker, or one claim per loop.
 func TestDefaultWorkersKeepWeightsAndPriority(t *testing.T) {
 	t.Parallel()
-	for _, loops := range []int{worker.DefaultConfig().MaxConcurrentClaims, 16} {
-		t.Run(fmt.Sprintf("weights, 2 workers x %d loops", loops), func(t *testing.T) {
+	def := worker.DefaultConfig()
+	for _, m := range []struct {
+		name         string
+		slots, batch int
+		inFlight     int // claim statements of one worker in flight together
+	}{
+		{fmt.Sprintf("defaults (%d slots, batches of %d)", def.MaxConcurrentClaims, def.ClaimBatch),
+			def.MaxConcurrentClaims, def.ClaimBatch, def.BatchClaimers},
+		{"4 claim loops", 4, 1, 4},
+		{"16 claim loops", 16, 1, 16},
+	} {
+		t.Run("weights, 2 workers, "+m.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			_, err := weights.SetOne(b.ctx, b.db, "test", "q", "a", 4)
@@ -93,14 +104,14 @@ func TestDefaultWorkersKeepWeightsAndPriority(t *testing.T) {
 				b.start(startOpts{Key: "a"})
 				b.start(startOpts{Key: "b"})
 			}
-			b.drain(t, loops, 1000)
+			b.drain(t, m.slots, m.batch, 1000)
 			order := b.claimOrder(t)
 			end := min(lastOf(order, "a"), lastOf(order, "b"))
 			na, nb := countOf(order[:end], "a"), countOf(order[:end], "b")
 			t.Logf("while both had work: a %d, b %d (ratio %.2f)", na, nb, float64(na)/float64(nb))
 			require.InDelta(t, 4, float64(na)/float64(nb), 0.4)
 		})
-		t.Run(fmt.Sprintf("priority, 2 workers x %d loops", loops), func(t *testing.T) {
+		t.Run("priority, 2 workers, "+m.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			for range 300 {
@@ -109,21 +120,21 @@ func TestDefaultWorkersKeepWeightsAndPriority(t *testing.T) {
 			for range 300 {
 				b.start(startOpts{Key: "hi", Priority: 10})
 			}
-			b.drain(t, loops, 600)
+			b.drain(t, m.slots, m.batch, 600)
 			order := b.claimOrder(t)
-			// Claims in flight together may overlap: at most the loops of
-			// both workers less one.
+			// Claims in flight together may overlap: at most those of both
+			// workers less one.
 			lastHi := lastOf(order, "hi")
 			early := countOf(order[:lastHi], "lo")
 			t.Logf("priority-0 claims before the last priority-10 one: %d", early)
-			require.LessOrEqual(t, early, 2*loops-1)
+			require.LessOrEqual(t, early, 2*m.inFlight-1)
 		})
 	}
 }
 
 // drain runs two workers with the default configuration but for the given
-// claim loops, fairness on, until n tasks finished.
-func (b *bundle) drain(t *testing.T, loops, n int) {
+// slots and claim batch, fairness on, until n tasks finished.
+func (b *bundle) drain(t *testing.T, slots, batch, n int) {
 	t.Helper()
 	var ws []*running
 	for i := range 2 {
@@ -131,7 +142,8 @@ func (b *bundle) drain(t *testing.T, loops, n int) {
 			*c = worker.DefaultConfig()
 			c.Queues = map[string]float64{"q": 1}
 			c.FairnessKeys = true
-			c.MaxConcurrentClaims = loops
+			c.MaxConcurrentClaims = slots
+			c.ClaimBatch = batch
 			c.RunJanitor = false
 			c.MetricsAddr = ""
 			c.ID = fmt.Sprintf("w%d", i)

@@ -2,6 +2,7 @@ package tracing
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -41,12 +42,22 @@ func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 // worker's claim and execution spans are its children (through the trace
 // context stored on the task), the execution links to the claim, and the
 // worker's Postgres statements hang below them without their SQL text.
+// With the worker's defaults (batch claims) the claim statement serves many
+// runs: it has a span of the worker's own, with its Postgres spans, which
+// the run's claim span links to; with one claim per task (ClaimBatch 1) the
+// statement's Postgres spans are in the run's trace.
 // Not parallel: it installs the process's tracer provider.
 func TestOneTraceFromStartToExecution(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	shutdown, err := telemetry.Shared(context.Background(), "trace-test", telemetry.WithSpanProcessor(rec))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = shutdown(context.Background()) })
+	for _, batch := range []int{worker.DefaultConfig().ClaimBatch, 1} {
+		t.Run(fmt.Sprintf("claim batch %d", batch), func(t *testing.T) { traceOneRun(t, rec, batch) })
+	}
+}
+
+func traceOneRun(t *testing.T, rec *tracetest.SpanRecorder, batch int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -81,6 +92,7 @@ func TestOneTraceFromStartToExecution(t *testing.T) {
 	wcfg.Shard = home
 	wcfg.FairnessKeys = true
 	wcfg.ID = "trace-worker"
+	wcfg.ClaimBatch = batch
 	wcfg.RunJanitor = false
 	finished := make(chan worker.Outcome, 10)
 	w, err := worker.New(pool, wcfg, worker.Options{NATS: wnc, Logger: quiet, Hooks: worker.Hooks{
@@ -178,7 +190,28 @@ func TestOneTraceFromStartToExecution(t *testing.T) {
 		}
 		require.Equal(t, start.SpanContext().SpanID(), p.SpanContext().SpanID(), "span %s not under the start", s.Name())
 	}
-	require.Positive(t, dbSpans, "no Postgres span in the trace")
+	if batch == 1 {
+		require.Positive(t, dbSpans, "no Postgres span in the trace")
+	} else {
+		// The claim span links to the batch statement's span, which has
+		// the statement's Postgres spans below it.
+		links := claimSpan.Links()
+		require.Len(t, links, 1, "the claim span links to its batch")
+		batchID := links[0].SpanContext.SpanID()
+		var batchSpan sdktrace.ReadOnlySpan
+		below := 0
+		for _, s := range spans {
+			if s.SpanContext().SpanID() == batchID {
+				batchSpan = s
+			}
+			if _, ok := attrs(s)["db.system.name"]; ok && s.Parent().SpanID() == batchID {
+				below++
+			}
+		}
+		require.NotNil(t, batchSpan, "the linked batch span was recorded")
+		require.Equal(t, "harvest.claim_batch", batchSpan.Name())
+		require.Positive(t, below, "no Postgres span below the batch span")
+	}
 
 	// No span of the process carries SQL text.
 	for _, s := range spans {
