@@ -55,10 +55,7 @@ BEGIN
         END IF;
     END IF;
     IF v_start > p_clock THEN
-        INSERT INTO fair_queues (queue, clock) VALUES (p_queue, v_start)
-        ON CONFLICT (queue) DO UPDATE SET clock = excluded.clock;
-        UPDATE fair_state SET in_debt = false
-        WHERE queue = p_queue AND in_debt AND pass <= v_start;
+        PERFORM harvest_clock_advance(p_queue, v_start);
     END IF;
     RETURN greatest(v_start, p_clock);
 END

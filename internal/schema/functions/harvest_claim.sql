@@ -15,7 +15,10 @@ CREATE OR REPLACE FUNCTION harvest_claim(p_queue text, p_worker text, p_now time
                                          p_aging integer, p_lease interval, p_task_id bigint,
                                          p_release_early boolean)
 RETURNS harvest_claimed
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- No JIT: see harvest_claim_batch.
+SET jit = off
+AS $$
 DECLARE
     r_out harvest_claimed;
 BEGIN

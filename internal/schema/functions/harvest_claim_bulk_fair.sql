@@ -228,10 +228,7 @@ BEGIN
     WHERE f.queue = p_queue AND f.key = k.key;
     -- The charged keys are in debt; every key the new clock reached is not.
     IF v_clock > v_clock0 THEN
-        INSERT INTO fair_queues (queue, clock) VALUES (p_queue, v_clock)
-        ON CONFLICT (queue) DO UPDATE SET clock = excluded.clock;
-        UPDATE fair_state SET in_debt = false
-        WHERE queue = p_queue AND in_debt AND pass <= v_clock;
+        PERFORM harvest_clock_advance(p_queue, v_clock);
     END IF;
 END
 $$;

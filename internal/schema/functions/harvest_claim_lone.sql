@@ -96,10 +96,7 @@ BEGIN
         head_due   = r_head.head_due
     WHERE queue = p_queue AND key = p_key;
     IF v_clock > v_clock0 THEN
-        INSERT INTO fair_queues AS q (queue, clock) VALUES (p_queue, v_clock)
-        ON CONFLICT (queue) DO UPDATE SET clock = greatest(q.clock, excluded.clock);
-        UPDATE fair_state SET in_debt = false
-        WHERE queue = p_queue AND in_debt AND pass <= v_clock;
+        PERFORM harvest_clock_advance(p_queue, v_clock);
     END IF;
     FOR v_i IN 1..coalesce(cardinality(v_rows), 0) LOOP
         r_out := v_rows[v_i];

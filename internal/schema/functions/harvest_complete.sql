@@ -1,7 +1,10 @@
 -- Complete a leased task: the task is done and its run completed, fenced
 -- by the lease token (HA001 when it is not current).
 CREATE OR REPLACE FUNCTION harvest_complete(p_id bigint, p_token uuid, p_output jsonb) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- No JIT: see harvest_claim_batch.
+SET jit = off
+AS $$
 DECLARE
     r_task tasks%ROWTYPE := harvest_leased(p_id, p_token);
 BEGIN

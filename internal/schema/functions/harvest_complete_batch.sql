@@ -6,7 +6,10 @@
 -- deadlock on each other.
 CREATE OR REPLACE FUNCTION harvest_complete_batch(p_ids bigint[], p_tokens uuid[], p_outputs jsonb[])
 RETURNS TABLE (task_id bigint, outcome text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- No JIT: see harvest_claim_batch.
+SET jit = off
+AS $$
 DECLARE
     v_done    bigint[];
     v_done_tok uuid[];

@@ -3,7 +3,10 @@
 -- until p_sticky_until, and due at p_due. Returns the new task's id.
 CREATE OR REPLACE FUNCTION harvest_continue(p_id bigint, p_token uuid, p_input jsonb, p_sticky_until timestamptz,
                                  p_due timestamptz, p_now timestamptz) RETURNS bigint
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- No JIT: see harvest_claim_batch.
+SET jit = off
+AS $$
 DECLARE
     r_task tasks%ROWTYPE := harvest_leased(p_id, p_token);
     v_id   bigint;

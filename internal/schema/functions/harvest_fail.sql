@@ -3,7 +3,10 @@
 -- the run fails. Returns true when the task will run again.
 CREATE OR REPLACE FUNCTION harvest_fail(p_id bigint, p_token uuid, p_error text, p_retry_at timestamptz, p_now timestamptz)
 RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- No JIT: see harvest_claim_batch.
+SET jit = off
+AS $$
 DECLARE
     r_task tasks%ROWTYPE := harvest_leased(p_id, p_token);
     v_max  integer;

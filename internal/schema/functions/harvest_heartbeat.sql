@@ -1,7 +1,10 @@
 -- Extend a lease by p_extend from now (database clock), fenced by the
 -- lease token. Returns the new expiry.
 CREATE OR REPLACE FUNCTION harvest_heartbeat(p_id bigint, p_token uuid, p_extend interval) RETURNS timestamptz
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- No JIT: see harvest_claim_batch.
+SET jit = off
+AS $$
 DECLARE
     r_task tasks%ROWTYPE := harvest_leased(p_id, p_token);
     v_until timestamptz;
