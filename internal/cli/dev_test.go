@@ -144,8 +144,9 @@ func TestDevComesUpAndCleansUp(t *testing.T) {
 	nc.Close()
 
 	// The fair claim at the fleet's defaults (one worker per shard, four
-	// claim loops): weight 4 against 1 over co-due runs, and a priority-10
-	// flood before a priority-0 one, as docs/fairness.md shows them.
+	// claim loops): weight 4 against 1 over co-due
+	// runs, and a priority-10 flood before a priority-0 one, as
+	// docs/fairness.md shows them.
 	demo := func(args ...string) string {
 		c := exec.Command(bin, append([]string{"demo"}, args...)...)
 		c.Env = os.Environ()

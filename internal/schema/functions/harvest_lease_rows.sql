@@ -7,6 +7,8 @@ CREATE OR REPLACE FUNCTION harvest_lease_rows(p_ids bigint[], p_lags double prec
                                               p_lease interval)
 RETURNS SETOF harvest_claimed
 LANGUAGE plpgsql AS $$
+DECLARE
+    v_at timestamptz := clock_timestamp();
 BEGIN
     RETURN QUERY
     WITH p AS (
@@ -19,7 +21,7 @@ BEGIN
             lease_token      = gen_random_uuid(),
             lease_expires_at = now() + p_lease,
             claimed_by       = p_worker,
-            claimed_at       = clock_timestamp()
+            claimed_at       = v_at + (p.ord - 1) * interval '1 microsecond'
         FROM p WHERE t.id = p.id
         RETURNING t.*, p.ord, p.lag
     ), r AS (
