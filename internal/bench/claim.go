@@ -195,13 +195,13 @@ func runPoint(ctx context.Context, cfg ClaimConfig, backlog, keys int) (_ []Clai
 
 	var out []ClaimPoint
 	for _, c := range cfg.Claimers {
-		p := ClaimPoint{Bench: "claim", Backlog: backlog, Keys: keys, Claimers: c, Claims: cfg.Claims, AgingSecs: cfg.AgingSecs}
+		per := max(1, cfg.Claims/cfg.Rounds)
+		p := ClaimPoint{Bench: "claim", Backlog: backlog, Keys: keys, Claimers: c, Claims: per * cfg.Rounds, AgingSecs: cfg.AgingSecs}
 		// The two modes take turns, fair first in odd rounds and ordinary
 		// first in even ones, so that a change of the machine's speed
 		// during the point weighs on both alike.
 		lat := map[bool][]time.Duration{}
 		took := map[bool]time.Duration{}
-		per := max(1, cfg.Claims/cfg.Rounds)
 		for r := range cfg.Rounds {
 			for _, fair := range []bool{r%2 == 0, r%2 == 1} {
 				l, d, err := measureClaims(ctx, db, fair, cfg.AgingSecs, c, per)

@@ -2,7 +2,6 @@ package fleetbench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -74,10 +73,9 @@ func runFloor(ctx context.Context, cfg *Config) (Result, error) {
 	}
 	batch := max(1, cfg.ClaimBatch)
 	var (
-		done  atomic.Int64
-		wg    sync.WaitGroup
-		errMu sync.Mutex
-		first error
+		done   atomic.Int64
+		wg     sync.WaitGroup
+		failed atomic.Pointer[error] // the first error that was not the end of lctx
 	)
 	lctx, cancel := context.WithTimeout(ctx, cfg.MaxDuration)
 	defer cancel()
@@ -108,10 +106,12 @@ func runFloor(ctx context.Context, cfg *Config) (Result, error) {
 					_, err = db.Exec(lctx, floorDone, ids)
 				}
 				if err != nil {
-					errMu.Lock()
-					first = errors.Join(first, err)
-					errMu.Unlock()
-					cancel()
+					// The time ran out, or another loop failed and ended
+					// lctx: this loop's error is only that.
+					if lctx.Err() == nil {
+						failed.CompareAndSwap(nil, &err)
+						cancel()
+					}
 					return
 				}
 				done.Add(int64(len(ids)))
@@ -120,8 +120,11 @@ func runFloor(ctx context.Context, cfg *Config) (Result, error) {
 	}
 	wg.Wait()
 	drain := time.Since(start)
-	if first != nil && ctx.Err() == nil && lctx.Err() == nil {
-		return res, fmt.Errorf("floor: %w", first)
+	if p := failed.Load(); p != nil {
+		return res, fmt.Errorf("floor: %w", *p)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, err
 	}
 	to, err := sampleDB(ctx, db)
 	if err != nil {

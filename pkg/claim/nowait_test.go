@@ -137,7 +137,7 @@ func TestOrdinaryClaimTakesNoFairnessLock(t *testing.T) {
 	defer other.Rollback(b.ctx) //nolint:errcheck
 	var free bool
 	require.NoError(t, other.QueryRow(b.ctx,
-		`SELECT pg_try_advisory_xact_lock(hashtextextended('harvest.fair' || chr(1) || 'q', 0))`).Scan(&free))
+		`SELECT pg_try_advisory_xact_lock(harvest_queue_lock_key('q'))`).Scan(&free))
 	require.True(t, free, "the ordinary claim holds the queue's fair lock")
 	_, err = other.Exec(b.ctx, `SELECT * FROM fair_state FOR UPDATE NOWAIT`)
 	require.NoError(t, err, "the ordinary claim holds a fairness state row")

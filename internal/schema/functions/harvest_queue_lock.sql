@@ -7,6 +7,6 @@
 CREATE OR REPLACE FUNCTION harvest_queue_lock(p_queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('harvest.fair' || chr(1) || p_queue, 0));
+    PERFORM pg_advisory_xact_lock(harvest_queue_lock_key(p_queue));
 END
 $$;

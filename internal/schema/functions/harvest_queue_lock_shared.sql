@@ -5,6 +5,6 @@
 CREATE OR REPLACE FUNCTION harvest_queue_lock_shared(p_queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_advisory_xact_lock_shared(hashtextextended('harvest.fair' || chr(1) || p_queue, 0));
+    PERFORM pg_advisory_xact_lock_shared(harvest_queue_lock_key(p_queue));
 END
 $$;
