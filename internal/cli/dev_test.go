@@ -143,8 +143,8 @@ func TestDevComesUpAndCleansUp(t *testing.T) {
 	require.Error(t, err)
 	nc.Close()
 
-	// The fair claim at the fleet's defaults (one worker per shard, four
-	// claim loops): weight 4 against 1 over co-due
+	// The fair claim at the fleet's defaults (one worker per shard, claiming
+	// in batches of 50 into 50 task slots): weight 4 against 1 over co-due
 	// runs, and a priority-10 flood before a priority-0 one, as
 	// docs/fairness.md shows them.
 	demo := func(args ...string) string {
@@ -155,6 +155,7 @@ func TestDevComesUpAndCleansUp(t *testing.T) {
 		}
 		out, err := c.CombinedOutput()
 		require.NoError(t, err, "demo %v: %s", args, out)
+		t.Logf("demo %v:\n%s", args, out)
 		return string(out)
 	}
 	out := demo("share", "--runs", "400", "--lead", "2s")

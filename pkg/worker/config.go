@@ -24,10 +24,10 @@ type Config struct {
 	Queues map[string]float64 `envconfig:"WORKER_QUEUES" default:"default:1" desc:"queues served, with their share of the claims (queue:weight,...)"`
 
 	FairnessKeys        bool `envconfig:"WORKER_FAIRNESS_KEYS" default:"false" desc:"serve the fairness keys of each queue in weighted round robin"`
-	MaxConcurrentClaims int  `envconfig:"WORKER_MAX_CONCURRENT_CLAIMS" default:"4" desc:"the number of tasks run at once: claim loops of one task each, or, with HARVEST_WORKER_CLAIM_BATCH above 1, task slots filled by batch claims"`
+	MaxConcurrentClaims int  `envconfig:"WORKER_MAX_CONCURRENT_CLAIMS" default:"50" desc:"the number of tasks run at once: claim loops of one task each, or, with HARVEST_WORKER_CLAIM_BATCH above 1, task slots filled by batch claims"`
 	PriorityAgingSecs   int  `envconfig:"WORKER_PRIORITY_AGING_SECS" default:"0" desc:"raise a waiting task by one priority level per this many seconds (0: off)"`
 
-	ClaimBatch    int `envconfig:"WORKER_CLAIM_BATCH" default:"1" desc:"most tasks one claim statement takes (1: one claim per task, each in its own loop); above 1 the worker claims in batches, runs up to HARVEST_WORKER_MAX_CONCURRENT_CLAIMS tasks at once and records completions in batches"`
+	ClaimBatch    int `envconfig:"WORKER_CLAIM_BATCH" default:"50" desc:"most tasks one claim statement takes (1: one claim per task, each in its own loop); above 1 the worker claims in batches, runs up to HARVEST_WORKER_MAX_CONCURRENT_CLAIMS tasks at once and records completions in batches"`
 	BatchClaimers int `envconfig:"WORKER_BATCH_CLAIMERS" default:"1" desc:"claim statements in flight at once when HARVEST_WORKER_CLAIM_BATCH is above 1"`
 	CompleteBatch int `envconfig:"WORKER_COMPLETE_BATCH" default:"256" desc:"most completions recorded in one statement when HARVEST_WORKER_CLAIM_BATCH is above 1"`
 
@@ -52,8 +52,8 @@ func DefaultConfig() Config {
 	return Config{
 		Common:              config.Common{NATSURL: "nats://127.0.0.1:4222"},
 		Queues:              map[string]float64{"default": 1},
-		MaxConcurrentClaims: 4,
-		ClaimBatch:          1,
+		MaxConcurrentClaims: 50,
+		ClaimBatch:          50,
 		BatchClaimers:       1,
 		CompleteBatch:       256,
 		PollInterval:        time.Second,

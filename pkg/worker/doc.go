@@ -15,12 +15,12 @@
 //
 // # Claiming
 //
-// With Config.ClaimBatch above 1 a worker claims in batches: it keeps
-// Config.MaxConcurrentClaims task slots and fills the free ones with one
-// claim statement of up to ClaimBatch rows, taken in the order as many
+// By default a worker claims in batches (Config.ClaimBatch above 1): it
+// keeps Config.MaxConcurrentClaims task slots and fills the free ones with
+// one claim statement of up to ClaimBatch rows, taken in the order as many
 // single claims would take them, and records completions in batches (see
-// batch.go). By default (ClaimBatch 1) it runs MaxConcurrentClaims claim
-// loops instead: each loop claims one task, runs it to the end and claims again;
+// batch.go). With ClaimBatch 1 it runs MaxConcurrentClaims claim loops
+// instead: each loop claims one task, runs it to the end and claims again;
 // so n loops run at most n tasks at once, and at most n claims of one
 // worker can be in flight together (the C of the fairness guarantees). Over several queues a loop tries one
 // queue at a time, in a random order weighted by the queue weights; with

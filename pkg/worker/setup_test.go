@@ -142,8 +142,8 @@ func testConfig() worker.Config {
 	cfg := worker.DefaultConfig()
 	cfg.Queues = map[string]float64{"q": 1}
 	// Most tests follow one task through the single-claim loop; batch mode
-	// has its own tests (batch_test.go) and a guarantee test
-	// (weights_live_test.go).
+	// (the default) has its own tests (batch_test.go) and runs in the
+	// guarantee tests at the defaults (weights_live_test.go).
 	cfg.MaxConcurrentClaims = 1
 	cfg.ClaimBatch = 1
 	cfg.PollInterval = time.Hour

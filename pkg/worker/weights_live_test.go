@@ -77,8 +77,8 @@ func TestWeightChangeReachesRunningWorkerAtNextClaim(t *testing.T) {
 }
 
 // The guarantees hold with the worker's defaults and beyond: two workers
-// on one shard, with 4 single-claim loops (the default) or 16, or claiming
-// in batches of 50 into 50 slots (the benchmarks' settings). Weight 4 against weight 1 over co-due runs of
+// on one shard, claiming in batches into 50 slots (the default), or with 4
+// or 16 single-claim loops. Weight 4 against weight 1 over co-due runs of
 // both keys gives four claims to one while both have work, and a
 // priority-10 flood is claimed before a priority-0 one, but for claims in
 // flight together: one batch statement per worker, or one claim per loop.
@@ -90,10 +90,10 @@ func TestDefaultWorkersKeepWeightsAndPriority(t *testing.T) {
 		slots, batch int
 		inFlight     int // claim statements of one worker in flight together
 	}{
-		{fmt.Sprintf("defaults (%d claim loops)", def.MaxConcurrentClaims), def.MaxConcurrentClaims, def.ClaimBatch,
-			def.MaxConcurrentClaims},
+		{fmt.Sprintf("defaults (%d slots, batches of %d)", def.MaxConcurrentClaims, def.ClaimBatch),
+			def.MaxConcurrentClaims, def.ClaimBatch, def.BatchClaimers},
+		{"4 claim loops", 4, 1, 4},
 		{"16 claim loops", 16, 1, 16},
-		{"50 slots, batches of 50", 50, 50, def.BatchClaimers},
 	} {
 		t.Run("weights, 2 workers, "+m.name, func(t *testing.T) {
 			t.Parallel()

@@ -456,8 +456,8 @@ func TestLoadConfigFromEnvironment(t *testing.T) {
 	require.Equal(t, map[string]float64{"shared": 3, "batch": 1}, cfg.Queues)
 	require.True(t, cfg.FairnessKeys)
 	require.Equal(t, 24*time.Hour, cfg.Retention)
-	require.Equal(t, 4, cfg.MaxConcurrentClaims)
-	require.Equal(t, 1, cfg.ClaimBatch)
+	require.Equal(t, 50, cfg.MaxConcurrentClaims)
+	require.Equal(t, 50, cfg.ClaimBatch, "batch claims by default")
 	require.Equal(t, worker.DefaultConfig().Lease, cfg.Lease)
 	require.True(t, cfg.BucketGC)
 

@@ -42,7 +42,8 @@ func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 // worker's claim and execution spans are its children (through the trace
 // context stored on the task), the execution links to the claim, and the
 // worker's Postgres statements hang below them without their SQL text.
-// In batch mode the claim statement serves many runs: it has a span of the worker's own, with its Postgres spans, which
+// With the worker's defaults (batch claims) the claim statement serves many
+// runs: it has a span of the worker's own, with its Postgres spans, which
 // the run's claim span links to; with one claim per task (ClaimBatch 1) the
 // statement's Postgres spans are in the run's trace.
 // Not parallel: it installs the process's tracer provider.
@@ -51,7 +52,7 @@ func TestOneTraceFromStartToExecution(t *testing.T) {
 	shutdown, err := telemetry.Shared(context.Background(), "trace-test", telemetry.WithSpanProcessor(rec))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = shutdown(context.Background()) })
-	for _, batch := range []int{50, 1} {
+	for _, batch := range []int{worker.DefaultConfig().ClaimBatch, 1} {
 		t.Run(fmt.Sprintf("claim batch %d", batch), func(t *testing.T) { traceOneRun(t, rec, batch) })
 	}
 }

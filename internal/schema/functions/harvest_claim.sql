@@ -28,7 +28,11 @@ BEGIN
             PERFORM set_config('synchronous_commit', 'off', true);
         END IF;
     END IF;
-    PERFORM harvest_promote_due(p_queue, coalesce(p_now, now()), 1000);
+    IF p_fair THEN
+        PERFORM harvest_promote_queue(p_queue, coalesce(p_now, now()), 1000);
+    ELSE
+        PERFORM harvest_promote_due(p_queue, coalesce(p_now, now()), 1000);
+    END IF;
     IF p_fair THEN
         PERFORM harvest_fair_fold(p_queue);
     END IF;

@@ -351,7 +351,9 @@ BEGIN
         UPDATE runs SET
             status     = 'running',
             attempts   = attempts + 1,
-            claimed_at = coalesce(claimed_at, now())
+            -- The task's stamp, not now(): a claim that waited for the
+            -- queue lock began before the claim that held it.
+            claimed_at = coalesce(claimed_at, r_task.claimed_at)
         WHERE pk = r_task.run_pk AND status IN ('queued', 'running');
 
         -- 5. Charge the key (fair claims only); the key's head moves on when

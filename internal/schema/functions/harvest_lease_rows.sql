@@ -25,11 +25,15 @@ BEGIN
         FROM p WHERE t.id = p.id
         RETURNING t.*, p.ord, p.lag
     ), r AS (
+        -- A run's first claim time is its task's stamp (batch order, taken
+        -- under the queue lock), not now(): a batch that waited for the
+        -- lock began before the batch that held it.
         UPDATE runs SET
             status     = 'running',
-            attempts   = attempts + 1,
-            claimed_at = coalesce(claimed_at, now())
-        WHERE pk IN (SELECT u.run_pk FROM u) AND status IN ('queued', 'running')
+            attempts   = runs.attempts + 1,
+            claimed_at = coalesce(runs.claimed_at, g.claimed_at)
+        FROM (SELECT u.run_pk, min(u.claimed_at) AS claimed_at FROM u GROUP BY u.run_pk) g
+        WHERE runs.pk = g.run_pk AND runs.status IN ('queued', 'running')
     )
     SELECT 'ok'::text, u.lag, '[]'::jsonb, u.id, u.run_pk, u.queue, u.fairness_key, u.quota_key, u.priority,
            u.continuation, u.due_at, u.sticky_worker, u.sticky_until, u.step, u.input, u.attempt,
