@@ -12,7 +12,6 @@ import (
 	"github.com/sourcegraph/conc"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/harvest-run/harvest/internal/runstore"
@@ -58,18 +57,42 @@ func (w *Worker) batched(ctx context.Context) {
 	slots := make(chan struct{}, w.cfg.MaxConcurrentClaims)
 	comp := newCompleter(w)
 	w.completer = comp
-	var tasks conc.WaitGroup
+	// Tasks run on long-lived goroutines, one per slot, not on one new
+	// goroutine each: a fresh goroutine grows its stack again for every
+	// task, which cost the worker a tenth of its CPU at fleet rates. The
+	// queue has room for a batch per slot goroutine: a slot is freed when
+	// its completion is queued, a moment before its goroutine is free.
+	work := make(chan *claimed, w.cfg.MaxConcurrentClaims)
+	var runners conc.WaitGroup
+	for range w.cfg.MaxConcurrentClaims {
+		runners.Go(func() {
+			for c := range work {
+				w.runSlot(c)
+			}
+		})
+	}
 	var loops conc.WaitGroup
 	for i := range w.cfg.BatchClaimers {
-		loops.Go(func() { w.batchLoop(ctx, i, slots, &tasks) })
+		loops.Go(func() { w.batchLoop(ctx, i, slots, work) })
 	}
 	loops.Wait()
-	tasks.Wait()
+	close(work)
+	runners.Wait()
 	comp.close()
 }
 
+// runSlot runs one claimed task of batch mode and gives its slot back
+// (once: the completer may have freed it already).
+func (w *Worker) runSlot(c *claimed) {
+	defer func() {
+		w.completer.slots.Delete(c.task.ID)
+		c.free()
+	}()
+	w.run(c)
+}
+
 // batchLoop is one claim loop of batch mode.
-func (w *Worker) batchLoop(ctx context.Context, n int, slots chan struct{}, tasks *conc.WaitGroup) {
+func (w *Worker) batchLoop(ctx context.Context, n int, slots chan struct{}, work chan<- *claimed) {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), uint64(n)))
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -101,15 +124,9 @@ func (w *Worker) batchLoop(ctx context.Context, n int, slots chan struct{}, task
 			// queued for the completer (or when run returns, for every
 			// other outcome): a slot is a task being run, as in River.
 			var once sync.Once
-			free := func() { once.Do(func() { <-slots }) }
-			w.completer.hold(c.task.ID, free)
-			tasks.Go(func() {
-				defer func() {
-					w.completer.slots.Delete(c.task.ID)
-					free()
-				}()
-				w.run(c)
-			})
+			c.free = func() { once.Do(func() { <-slots }) }
+			w.completer.hold(c.task.ID, c.free)
+			work <- c
 		}
 		if len(cs) > 0 {
 			continue
@@ -179,10 +196,9 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 		bspan.SetStatus(codes.Error, "claim batch")
 	}
 	bspan.End()
-	labels := metric.WithAttributes(attribute.String("queue", queue), attribute.Bool("fair", w.cfg.FairnessKeys))
-	w.inst.claimLatency.Record(ctx, time.Since(start).Seconds(), labels)
+	w.inst.claimLatency.Record(ctx, time.Since(start).Seconds(), w.claimLabels(queue, ""))
 	if err != nil {
-		w.inst.claims.Add(ctx, 1, labels, metric.WithAttributes(attribute.String("outcome", "error")))
+		w.inst.claims.Add(ctx, 1, w.claimLabels(queue, "error"))
 		return nil, err
 	}
 	var (
@@ -200,10 +216,10 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 		if len(rs) > 0 {
 			outcome = rs[len(rs)-1].Empty
 		}
-		w.inst.claims.Add(ctx, 1, labels, metric.WithAttributes(attribute.String("outcome", outcome)))
+		w.inst.claims.Add(ctx, 1, w.claimLabels(queue, outcome))
 		return nil, nil
 	}
-	w.inst.claims.Add(ctx, int64(len(took)), labels, metric.WithAttributes(attribute.String("outcome", "ok")))
+	w.inst.claims.Add(ctx, int64(len(took)), w.claimLabels(queue, "ok"))
 
 	runs := make(map[int64]runInfo, len(pks))
 	rows, err := w.db.Query(ctx, sqlRunsOfTasks, pks)

@@ -14,7 +14,6 @@ import (
 	"github.com/sourcegraph/conc"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/harvest-run/harvest/internal/runstore"
@@ -33,6 +32,7 @@ type claimed struct {
 	timeout time.Duration
 	parent  trace.SpanContext // the run's start span, when its context was stored
 	links   []trace.Link      // the claim span
+	free    func()            // batch mode: gives the task's slot back (idempotent)
 }
 
 // claim takes one task: the named row when id > 0 (a dispatch), otherwise
@@ -96,9 +96,8 @@ func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed
 	case res.OK:
 		outcome = "ok"
 	}
-	labels := metric.WithAttributes(attribute.String("queue", queue), attribute.Bool("fair", w.cfg.FairnessKeys))
-	w.inst.claimLatency.Record(ctx, time.Since(start).Seconds(), labels)
-	w.inst.claims.Add(ctx, 1, labels, metric.WithAttributes(attribute.String("outcome", outcome)))
+	w.inst.claimLatency.Record(ctx, time.Since(start).Seconds(), w.claimLabels(queue, ""))
+	w.inst.claims.Add(ctx, 1, w.claimLabels(queue, outcome))
 	tried := len(res.Refused)
 	if res.OK {
 		tried++
@@ -194,7 +193,7 @@ func (w *Worker) run(c *claimed) {
 	))
 	defer span.End()
 
-	queueLabel := metric.WithAttributes(attribute.String("queue", t.Queue))
+	queueLabel := w.taskLabels(t.Queue, "")
 	w.inst.running.Add(ctx, 1, queueLabel)
 	stop := make(chan struct{})
 	var hb conc.WaitGroup
@@ -211,7 +210,7 @@ func (w *Worker) run(c *claimed) {
 		cause = ErrShutdown
 	}
 	outcome, err := w.record(ctx, c, res, herr, cause)
-	w.inst.tasks.Add(ctx, 1, queueLabel, metric.WithAttributes(attribute.String("outcome", string(outcome))))
+	w.inst.tasks.Add(ctx, 1, w.taskLabels(t.Queue, string(outcome)))
 	span.SetAttributes(attribute.String("harvest.outcome", string(outcome)))
 	if herr != nil {
 		span.RecordError(herr)

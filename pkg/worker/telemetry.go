@@ -1,7 +1,10 @@
 package worker
 
 import (
+	"sync"
+
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -19,11 +22,53 @@ type instruments struct {
 	taskDuration metric.Float64Histogram
 	wakeups      metric.Int64Counter
 	running      metric.Int64UpDownCounter
+
+	// sets holds the label sets already built, by labelKey: building one
+	// hashes its attributes, and at thousands of tasks a second that was a
+	// tenth of the worker's CPU.
+	sets *sync.Map
+}
+
+// labelKey names one label set of the worker's metrics; an empty outcome
+// is left out of the set.
+type labelKey struct {
+	queue   string
+	fair    bool // only with withFair
+	outcome string
+	// withFair says whether the set carries the fair label (claim metrics
+	// do, task metrics do not).
+	withFair bool
+}
+
+// labels returns the measurement option of the label set k, built once.
+func (in *instruments) labels(k labelKey) metric.MeasurementOption {
+	if o, ok := in.sets.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	kvs := []attribute.KeyValue{attribute.String("queue", k.queue)}
+	if k.withFair {
+		kvs = append(kvs, attribute.Bool("fair", k.fair))
+	}
+	if k.outcome != "" {
+		kvs = append(kvs, attribute.String("outcome", k.outcome))
+	}
+	o, _ := in.sets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(kvs...)))
+	return o.(metric.MeasurementOption)
+}
+
+// claimLabels is the label set of a claim metric of queue q.
+func (w *Worker) claimLabels(q, outcome string) metric.MeasurementOption {
+	return w.inst.labels(labelKey{queue: q, fair: w.cfg.FairnessKeys, withFair: true, outcome: outcome})
+}
+
+// taskLabels is the label set of a task metric of queue q.
+func (w *Worker) taskLabels(q, outcome string) metric.MeasurementOption {
+	return w.inst.labels(labelKey{queue: q, outcome: outcome})
 }
 
 func newInstruments() instruments {
 	m := otel.Meter(instrumentation)
-	var in instruments
+	in := instruments{sets: new(sync.Map)}
 	in.tracer = otel.Tracer(instrumentation)
 	// The constructors only fail on invalid names; the names are fixed.
 	in.claims, _ = m.Int64Counter("harvest.worker.claims",
