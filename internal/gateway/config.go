@@ -23,10 +23,9 @@ type Config struct {
 	TokensFile     string        `envconfig:"GATEWAY_TOKENS_FILE" desc:"path of the bearer tokens file (JSON); empty refuses every HTTP call that needs a token"`
 	TokensPoll     time.Duration `envconfig:"GATEWAY_TOKENS_POLL" default:"2s" desc:"how often the tokens file is checked for changes (SIGHUP reloads at once)"`
 	MaxBodyBytes   int64         `envconfig:"GATEWAY_MAX_BODY_BYTES" default:"1048576" desc:"largest request body (HTTP) or message (NATS) accepted; larger ones get 413"`
-	KeyBinding     bool          `envconfig:"GATEWAY_KEY_BINDING" default:"false" desc:"bind fairness keys to the tenant: no key becomes <tenant>, key k becomes <tenant>/k"`
+	KeyBinding     bool          `envconfig:"GATEWAY_KEY_BINDING" default:"true" desc:"bind fairness and quota keys to the tenant: no key becomes <tenant>, key k becomes <tenant>/k (false lets any tenant name any key and take its weight and its quota: logged at start)"`
 	SubjectPrefix  string        `envconfig:"GATEWAY_SUBJECT_PREFIX" default:"harvest" desc:"first token(s) of every NATS subject"`
 	QueueGroup     string        `envconfig:"GATEWAY_QUEUE_GROUP" default:"harvest-gateways" desc:"NATS queue group the gateways share for start requests"`
-	NATSOwnInbox   bool          `envconfig:"GATEWAY_NATS_OWN_INBOX" default:"false" desc:"refuse NATS starts whose reply subject is not under the tenant's own inbox prefix (_INBOX_<tenant>.)"`
 	NATSInflight   int           `envconfig:"GATEWAY_NATS_INFLIGHT" default:"1024" desc:"NATS start requests handled at once; more wait in the client library"`
 	MaxWait        time.Duration `envconfig:"GATEWAY_MAX_WAIT" default:"60s" desc:"longest ?wait= of GET /v1/runs/{id}"`
 	WaitPoll       time.Duration `envconfig:"GATEWAY_WAIT_POLL" default:"500ms" desc:"how often a ?wait= request rereads the run besides listening for its NATS event"`
@@ -89,6 +88,7 @@ func DefaultConfig(shards []string, natsURL string) Config {
 		WaitPoll:       500 * time.Millisecond,
 		PoolSize:       8,
 		ConnectTimeout: 3 * time.Second,
+		KeyBinding:     true,
 		GroupMax:       48,
 		GroupFlushers:  2,
 		AdminSession:   30 * time.Minute,

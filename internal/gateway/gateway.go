@@ -113,6 +113,10 @@ func New(opts Options) (*Gateway, error) {
 	if g.tokens == nil {
 		g.tokens = auth.NewStore(nil)
 	}
+	if !cfg.KeyBinding {
+		// A protection turned off is said once, loudly, at start.
+		g.log.Warn("gateway: key binding is off (HARVEST_GATEWAY_KEY_BINDING=false): any tenant may name any fairness or quota key, take another tenant's weight and fill its quota")
+	}
 	if err := g.initMetrics(); err != nil {
 		return nil, err
 	}

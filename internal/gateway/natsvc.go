@@ -91,9 +91,14 @@ func (g *Gateway) natsStart(msg *nats.Msg, batch bool) {
 		fail(api.NewError(api.CodeInvalidArgument, "subject %q does not name a tenant: %v", msg.Subject, err))
 		return
 	}
-	if g.cfg.NATSOwnInbox && msg.Reply != "" && !natsauth.OwnInbox(tenant, msg.Reply) {
-		// Answer nobody rather than another tenant's inbox.
-		g.log.Warn("gateway: NATS start with a foreign reply subject refused", "tenant", tenant)
+	if msg.Reply != "" && !natsauth.OwnInbox(tenant, msg.Reply) {
+		// The gateway's NATS user may publish anywhere, so answering on a
+		// subject the caller chose would let a tenant write into another
+		// tenant's inbox or run events, or onto the workers' subjects. The
+		// request is refused and answered to nobody; there is no setting
+		// that turns this off.
+		g.countRefused(ctx, TransportNATS, api.NewError(api.CodePermissionDenied, "reply subject outside the tenant's inbox"))
+		g.log.Warn("gateway: NATS start with a reply subject outside the tenant's inbox refused", "tenant", tenant)
 		return
 	}
 	if int64(len(msg.Data)) > g.cfg.MaxBodyBytes {

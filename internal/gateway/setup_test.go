@@ -21,6 +21,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/natsauth"
 	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
@@ -209,7 +210,9 @@ func (b *bundle) call(t *testing.T, method, path, secret string, body any) (int,
 // and body.
 func (b *bundle) natsCall(t *testing.T, subject string, body string) (int, []byte) {
 	t.Helper()
-	msg, err := b.nc.Request(subject, []byte(body), 10*time.Second)
+	// The answer comes only to the tenant's own inbox, as a tenant's
+	// client sets it up (natsauth.InboxPrefix).
+	msg, err := b.tenantNATS(t, subject[strings.LastIndexByte(subject, '.')+1:]).Request(subject, []byte(body), 10*time.Second)
 	require.NoError(t, err)
 	var status int
 	_, err = fmt.Sscan(msg.Header.Get(StatusHeader), &status)
@@ -224,8 +227,19 @@ func (b *bundle) client(t *testing.T, secret string) *client.Client {
 	return c
 }
 
+// tenantNATS is a connection with the tenant's inbox prefix.
+func (b *bundle) tenantNATS(t *testing.T, tenant string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(b.natsURL, nats.CustomInboxPrefix(natsauth.InboxPrefix(tenant)))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
 func (b *bundle) natsClient(t *testing.T, tenant string) *client.Client {
 	t.Helper()
+	// The shared connection's inbox is not the tenant's: the client then
+	// takes its answers under the tenant's inbox itself.
 	c, err := client.New(client.Options{NATS: b.nc, Tenant: tenant})
 	require.NoError(t, err)
 	return c

@@ -83,7 +83,8 @@ func (g *Gateway) prepare(ctx context.Context, c caller, req *api.StartRequest) 
 // that no tenant can file runs under another tenant's key: the bound key
 // is <tenant> without a key and <tenant>/k with key k.
 //
-// An ordinary start binds its fairness key. A deferred start (throttle,
+// An ordinary start binds its fairness key and its quota key. A deferred
+// start (throttle,
 // debounce, batch) may not set one: the run it fires later takes its quota
 // key as its fairness key. Binding is therefore applied to its quota key,
 // which then becomes the fired run's (bound) fairness key. Leaving the
@@ -107,8 +108,18 @@ func (g *Gateway) bindKey(tenant string, req *api.StartRequest) *api.Error {
 	}
 	if req.Deferred() {
 		req.QuotaKey = &bound
-	} else {
-		req.FairnessKey = &bound
+		return nil
+	}
+	req.FairnessKey = &bound
+	// An ordinary start's quota key is bound as well, or another tenant
+	// on the shard could name it and fill its concurrency cap or drain its
+	// rate. No quota key ("" or absent) stays none.
+	if req.QuotaKey != nil && *req.QuotaKey != "" {
+		q := tenant + "/" + *req.QuotaKey
+		if err := fairkeys.ValidateQuotaKey(q); err != nil {
+			return api.Invalid("quota_key", "quota_key bound to the tenant (%q) %v", truncate(q, 80), err)
+		}
+		req.QuotaKey = &q
 	}
 	return nil
 }

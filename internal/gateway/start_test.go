@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/runstore"
+	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/dispatch"
@@ -418,6 +420,40 @@ func TestKeyBinding(t *testing.T) {
 	var ae *api.Error
 	require.ErrorAs(t, err, &ae)
 	require.Equal(t, "fairness_key", ae.Field)
+
+	// Quota keys are bound too: no tenant can fill another's cap.
+	status, out = b.natsCall(t, "harvest.start."+tenantOn[0], startBody(`"quota_key":"pool"`))
+	require.Equal(t, 201, status, string(out))
+	require.Equal(t, tenantOn[0]+"/pool", decode[api.Run](t, out).QuotaKey)
+	status, out = b.natsCall(t, "harvest.start."+tenantOn[1], startBody(`"quota_key":"`+tenantOn[0]+`/pool"`))
+	require.Equal(t, 201, status, string(out))
+	require.Equal(t, tenantOn[1]+"/"+tenantOn[0]+"/pool", decode[api.Run](t, out).QuotaKey)
+	status, out = b.natsCall(t, "harvest.start."+tenantOn[0], startBody(""))
+	require.Equal(t, 201, status, string(out))
+	require.Empty(t, decode[api.Run](t, out).QuotaKey, "no quota key stays none")
+	status, out = b.natsCall(t, "harvest.start."+tenantOn[0], startBody(`"quota_key":"`+strings.Repeat("q", 255)+`"`))
+	require.Equal(t, 400, status, string(out))
+	require.Equal(t, "quota_key", apiErr(t, out).Field)
+}
+
+// A gateway started with key binding off says so at start; the default
+// keeps it on.
+func TestKeyBindingOffIsLogged(t *testing.T) {
+	t.Parallel()
+	require.True(t, DefaultConfig(nil, "").KeyBinding, "key binding is on by default")
+	var logs strings.Builder
+	cfg := DefaultConfig([]string{testsvc.NewDBURL(t)}, "")
+	cfg.KeyBinding = false
+	g, err := New(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	g.Close()
+	require.Contains(t, logs.String(), "key binding is off")
+	logs.Reset()
+	cfg.KeyBinding = true
+	g, err = New(Options{Config: cfg, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	g.Close()
+	require.NotContains(t, logs.String(), "key binding")
 }
 
 func TestAuthorizerHook(t *testing.T) {

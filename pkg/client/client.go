@@ -56,6 +56,10 @@ type Client struct {
 	tenant   string
 	subjects dispatch.Subjects
 	timeout  time.Duration
+	// ownInbox: the connection's own inbox prefix is the tenant's, so its
+	// request multiplexer gets the answers; otherwise replies does.
+	ownInbox bool
+	replies  replies
 }
 
 // New checks opts and returns a client.
@@ -74,6 +78,9 @@ func New(opts Options) (*Client, error) {
 	}
 	if opts.NATS != nil && opts.Tenant == "" {
 		return nil, errors.New("client: Options.Tenant is required with Options.NATS")
+	}
+	if opts.NATS != nil {
+		c.ownInbox = strings.HasPrefix(opts.NATS.NewRespInbox(), inboxPrefix(opts.Tenant)+".")
 	}
 	if c.hc == nil {
 		c.hc = &http.Client{}
@@ -400,7 +407,12 @@ func (c *Client) natsCall(ctx context.Context, subject string, in, out any) (int
 	if err != nil {
 		return 0, err
 	}
-	resp, err := c.nc.RequestMsgWithContext(ctx, msg)
+	var resp *nats.Msg
+	if c.ownInbox {
+		resp, err = c.nc.RequestMsgWithContext(ctx, msg)
+	} else {
+		resp, err = c.replies.request(ctx, c.nc, c.tenant, msg)
+	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return 0, &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable,

@@ -1,6 +1,7 @@
 package access
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -138,4 +140,63 @@ func TestNATSTenantIsolation(t *testing.T) {
 	require.Contains(t, string(got.Data), `"globex"`)
 	_, err = mine.NextMsg(200 * time.Millisecond)
 	require.ErrorIs(t, err, nats.ErrTimeout, "acme heard globex's run event")
+}
+
+// The gateway publishes with the service's user, which may publish
+// anywhere, so it answers a start only on the caller's own inbox: acme
+// names globex's inbox and run events and the workers' dispatch subject as
+// reply subjects, and nobody there hears a thing, nor is a run started.
+func TestNATSRepliesGoOnlyToTheCallersInbox(t *testing.T) {
+	url := shippedNATS(t)
+	urls := []string{testsvc.NewDBURL(t)}
+	svc, err := nats.Connect(url, nats.UserInfo("harvest", passwords["HARVEST_NATS_PASSWORD"]))
+	require.NoError(t, err)
+	defer svc.Close()
+	cfg := gateway.DefaultConfig(urls, url)
+	cfg.MaxRuns = 1_000_000
+	g, err := gateway.New(gateway.Options{Config: cfg, NATS: svc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	defer g.Close()
+	require.NoError(t, g.ServeNATS())
+
+	acme, _ := tenantConn(t, url, "acme")
+	globex, _ := tenantConn(t, url, "globex")
+	heard := make(chan *nats.Msg, 16)
+	for _, subj := range []string{"_INBOX_globex.>", "harvest.runs.globex.>"} {
+		_, err := globex.ChanSubscribe(subj, heard)
+		require.NoError(t, err)
+	}
+	require.NoError(t, globex.Flush())
+	_, err = svc.ChanSubscribe("harvest.dispatch.*.default", heard) // the start below is on queue q
+	require.NoError(t, err)
+	require.NoError(t, svc.Flush())
+
+	foreign := []string{"_INBOX_globex.x", "harvest.runs.globex.r1", "harvest.dispatch.0.default",
+		"_INBOX_acmeX.y", "_INBOX_acme"}
+	for i, reply := range foreign {
+		body := fmt.Sprintf(`{"id":"foreign-%d","name":"echo","queue":"q"}`, i)
+		require.NoError(t, acme.PublishRequest("harvest.start.acme", reply, []byte(body)))
+		require.NoError(t, acme.PublishRequest("harvest.start_batch.acme", reply, []byte(`{"runs":[`+body+`]}`)))
+	}
+	require.NoError(t, acme.Flush())
+	// A start with acme's own inbox is answered. The refusals above happen
+	// before any database work, so by the time this answer (which commits
+	// a run) arrives they are long done.
+	msg, err := acme.Request("harvest.start.acme", []byte(`{"id":"own","name":"echo","queue":"q"}`), 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "201", msg.Header.Get(gateway.StatusHeader), string(msg.Data))
+	select {
+	case m := <-heard:
+		t.Fatalf("an answer reached %s: %s", m.Subject, m.Data)
+	case <-time.After(200 * time.Millisecond):
+	}
+	db, err := pgxpool.New(t.Context(), urls[0])
+	require.NoError(t, err)
+	defer db.Close()
+	var ids []string
+	rows, err := db.Query(t.Context(), `SELECT id FROM runs WHERE tenant = 'acme' ORDER BY id`)
+	require.NoError(t, err)
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"own"}, ids, "only the start with acme's own inbox was taken")
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/gateway"
+	"github.com/harvest-run/harvest/internal/natsauth"
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/fairkeys"
@@ -54,12 +55,20 @@ func newTarget(f testing.TB, withNATS bool) *target {
 	tg := &target{}
 	opts := gateway.Options{Config: cfg, Tokens: auth.NewStore(set), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if withNATS {
-		nc, err := nats.Connect(testsvc.NATSURL(f))
+		natsURL := testsvc.NATSURL(f)
+		nc, err := nats.Connect(natsURL)
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Cleanup(nc.Close)
-		opts.NATS, tg.nc = nc, nc
+		// acme's client, with acme's inbox: the gateway answers nowhere
+		// else.
+		acme, err := nats.Connect(natsURL, nats.CustomInboxPrefix(natsauth.InboxPrefix("acme")))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Cleanup(acme.Close)
+		opts.NATS, tg.nc = nc, acme
 	}
 	g, err := gateway.New(opts)
 	if err != nil {
