@@ -19,22 +19,27 @@ type Config struct {
 	// system limit), HARVEST_ADMISSION_REFRESH, HARVEST_ADMISSION_RELOAD.
 	tenantcap.Settings
 
-	Addr           string        `envconfig:"GATEWAY_ADDR" default:":8080" desc:"HTTP listen address"`
-	TokensFile     string        `envconfig:"GATEWAY_TOKENS_FILE" desc:"path of the bearer tokens file (JSON); empty refuses every HTTP call that needs a token"`
-	TokensPoll     time.Duration `envconfig:"GATEWAY_TOKENS_POLL" default:"2s" desc:"how often the tokens file is checked for changes (SIGHUP reloads at once)"`
-	MaxBodyBytes   int64         `envconfig:"GATEWAY_MAX_BODY_BYTES" default:"1048576" desc:"largest request body (HTTP) or message (NATS) accepted; larger ones get 413"`
-	KeyBinding     bool          `envconfig:"GATEWAY_KEY_BINDING" default:"true" desc:"bind fairness and quota keys to the tenant: no key becomes <tenant>, key k becomes <tenant>/k (false lets any tenant name any key and take its weight and its quota: logged at start)"`
-	SubjectPrefix  string        `envconfig:"GATEWAY_SUBJECT_PREFIX" default:"harvest" desc:"first token(s) of every NATS subject"`
-	QueueGroup     string        `envconfig:"GATEWAY_QUEUE_GROUP" default:"harvest-gateways" desc:"NATS queue group the gateways share for start requests"`
-	NATSInflight   int           `envconfig:"GATEWAY_NATS_INFLIGHT" default:"1024" desc:"NATS start requests handled at once; more wait in the client library"`
-	MaxWait        time.Duration `envconfig:"GATEWAY_MAX_WAIT" default:"60s" desc:"longest ?wait= of GET /v1/runs/{id}"`
-	WaitPoll       time.Duration `envconfig:"GATEWAY_WAIT_POLL" default:"500ms" desc:"how often a ?wait= request rereads the run besides listening for its NATS event"`
-	PoolSize       int32         `envconfig:"GATEWAY_POOL_SIZE" default:"8" desc:"Postgres connections per shard"`
-	ConnectTimeout time.Duration `envconfig:"GATEWAY_CONNECT_TIMEOUT" default:"3s" desc:"how long to try reaching a shard before answering 503"`
-	GroupMax       int           `envconfig:"GATEWAY_GROUP_MAX" default:"48" desc:"most starts committed in one transaction (group commit)"`
-	GroupFlushers  int           `envconfig:"GATEWAY_GROUP_FLUSHERS" default:"2" desc:"start transactions in flight per shard; a tenant is in one at a time, and a second goes only when a quarter of HARVEST_GATEWAY_GROUP_MAX starts wait for it"`
-	GroupLinger    time.Duration `envconfig:"GATEWAY_GROUP_LINGER" default:"0s" desc:"extra wait for more starts before a group commits (0: take what queued up during the previous commit)"`
-	AdminSession   time.Duration `envconfig:"GATEWAY_ADMIN_SESSION" default:"30m" desc:"lifetime of a sign-in to the /admin page (sessions live in the memory of the gateway that made them)"`
+	Addr          string        `envconfig:"GATEWAY_ADDR" default:":8080" desc:"HTTP listen address"`
+	TokensFile    string        `envconfig:"GATEWAY_TOKENS_FILE" desc:"path of the bearer tokens file (JSON); empty refuses every HTTP call that needs a token"`
+	TokensPoll    time.Duration `envconfig:"GATEWAY_TOKENS_POLL" default:"2s" desc:"how often the tokens file is checked for changes (SIGHUP reloads at once)"`
+	MaxBodyBytes  int64         `envconfig:"GATEWAY_MAX_BODY_BYTES" default:"1048576" desc:"largest request body (HTTP) or message (NATS) accepted; larger ones get 413"`
+	KeyBinding    bool          `envconfig:"GATEWAY_KEY_BINDING" default:"true" desc:"bind fairness and quota keys to the tenant: no key becomes <tenant>, key k becomes <tenant>/k (false lets any tenant name any key and take its weight and its quota: logged at start)"`
+	SubjectPrefix string        `envconfig:"GATEWAY_SUBJECT_PREFIX" default:"harvest" desc:"first token(s) of every NATS subject"`
+	QueueGroup    string        `envconfig:"GATEWAY_QUEUE_GROUP" default:"harvest-gateways" desc:"NATS queue group the gateways share for start requests"`
+	NATSInflight  int           `envconfig:"GATEWAY_NATS_INFLIGHT" default:"1024" desc:"NATS start requests handled at once; more wait in the client library"`
+	MaxWait       time.Duration `envconfig:"GATEWAY_MAX_WAIT" default:"60s" desc:"longest ?wait= of GET /v1/runs/{id}"`
+
+	ReadHeaderTimeout time.Duration `envconfig:"GATEWAY_READ_HEADER_TIMEOUT" default:"5s" desc:"time a client has to send a request's headers"`
+	ReadTimeout       time.Duration `envconfig:"GATEWAY_READ_TIMEOUT" default:"30s" desc:"time a client has to send a whole request, body included"`
+	WriteTimeout      time.Duration `envconfig:"GATEWAY_WRITE_TIMEOUT" default:"30s" desc:"time an answer may take from the end of its request (a ?wait= long poll gets its wait on top)"`
+	IdleTimeout       time.Duration `envconfig:"GATEWAY_IDLE_TIMEOUT" default:"60s" desc:"how long an idle keep-alive connection is kept open"`
+	WaitPoll          time.Duration `envconfig:"GATEWAY_WAIT_POLL" default:"500ms" desc:"how often a ?wait= request rereads the run besides listening for its NATS event"`
+	PoolSize          int32         `envconfig:"GATEWAY_POOL_SIZE" default:"8" desc:"Postgres connections per shard"`
+	ConnectTimeout    time.Duration `envconfig:"GATEWAY_CONNECT_TIMEOUT" default:"3s" desc:"how long to try reaching a shard before answering 503"`
+	GroupMax          int           `envconfig:"GATEWAY_GROUP_MAX" default:"48" desc:"most starts committed in one transaction (group commit)"`
+	GroupFlushers     int           `envconfig:"GATEWAY_GROUP_FLUSHERS" default:"2" desc:"start transactions in flight per shard; a tenant is in one at a time, and a second goes only when a quarter of HARVEST_GATEWAY_GROUP_MAX starts wait for it"`
+	GroupLinger       time.Duration `envconfig:"GATEWAY_GROUP_LINGER" default:"0s" desc:"extra wait for more starts before a group commits (0: take what queued up during the previous commit)"`
+	AdminSession      time.Duration `envconfig:"GATEWAY_ADMIN_SESSION" default:"30m" desc:"lifetime of a sign-in to the /admin page (sessions live in the memory of the gateway that made them)"`
 }
 
 var prefixRe = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
@@ -62,6 +67,10 @@ func (c Config) Validate() error {
 	check(c.QueueGroup != "", "HARVEST_GATEWAY_QUEUE_GROUP: must not be empty")
 	check(c.NATSInflight >= 1, "HARVEST_GATEWAY_NATS_INFLIGHT: must be at least 1, got %d", c.NATSInflight)
 	check(c.MaxWait > 0, "HARVEST_GATEWAY_MAX_WAIT: must be positive, got %s", c.MaxWait)
+	check(c.ReadHeaderTimeout > 0, "HARVEST_GATEWAY_READ_HEADER_TIMEOUT: must be positive, got %s", c.ReadHeaderTimeout)
+	check(c.ReadTimeout >= c.ReadHeaderTimeout, "HARVEST_GATEWAY_READ_TIMEOUT: must be at least HARVEST_GATEWAY_READ_HEADER_TIMEOUT (%s), got %s", c.ReadHeaderTimeout, c.ReadTimeout)
+	check(c.WriteTimeout > 0, "HARVEST_GATEWAY_WRITE_TIMEOUT: must be positive, got %s", c.WriteTimeout)
+	check(c.IdleTimeout > 0, "HARVEST_GATEWAY_IDLE_TIMEOUT: must be positive, got %s", c.IdleTimeout)
 	check(c.WaitPoll > 0, "HARVEST_GATEWAY_WAIT_POLL: must be positive, got %s", c.WaitPoll)
 	check(c.PoolSize >= 1, "HARVEST_GATEWAY_POOL_SIZE: must be at least 1, got %d", c.PoolSize)
 	check(c.ConnectTimeout > 0, "HARVEST_GATEWAY_CONNECT_TIMEOUT: must be positive, got %s", c.ConnectTimeout)
@@ -76,15 +85,21 @@ func (c Config) Validate() error {
 // embedding (harvest dev, benchmarks).
 func DefaultConfig(shards []string, natsURL string) Config {
 	return Config{
-		Common:         config.Common{Shards: shards, NATSURL: natsURL},
-		Settings:       tenantcap.DefaultSettings(),
-		Addr:           ":8080",
-		TokensPoll:     2 * time.Second,
-		MaxBodyBytes:   1 << 20,
-		SubjectPrefix:  "harvest",
-		QueueGroup:     "harvest-gateways",
-		NATSInflight:   1024,
-		MaxWait:        60 * time.Second,
+		Common:        config.Common{Shards: shards, NATSURL: natsURL},
+		Settings:      tenantcap.DefaultSettings(),
+		Addr:          ":8080",
+		TokensPoll:    2 * time.Second,
+		MaxBodyBytes:  1 << 20,
+		SubjectPrefix: "harvest",
+		QueueGroup:    "harvest-gateways",
+		NATSInflight:  1024,
+		MaxWait:       60 * time.Second,
+
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+
 		WaitPoll:       500 * time.Millisecond,
 		PoolSize:       8,
 		ConnectTimeout: 3 * time.Second,

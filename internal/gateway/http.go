@@ -53,6 +53,75 @@ func (g *Gateway) Handler() http.Handler {
 	return mux
 }
 
+// Server returns the HTTP server of the gateway's Handler with the
+// gateway's timeouts. Every one is set: a client that sends its headers or
+// its body slowly, or reads its answer slowly, or keeps an idle connection,
+// loses the connection instead of holding one of the gateway's file
+// descriptors for as long as it likes. A long poll (GET /v1/runs/{id}?wait=)
+// gets its wait on top of the write timeout.
+func (g *Gateway) Server() *http.Server {
+	return &http.Server{
+		Handler:           closeOnUnreadBody(g.Handler()),
+		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
+		ReadTimeout:       g.cfg.ReadTimeout,
+		WriteTimeout:      g.cfg.WriteTimeout,
+		IdleTimeout:       g.cfg.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+	}
+}
+
+// closeOnUnreadBody answers a refusal given before the request's body was
+// read (401, 403, 413, ...) with Connection: close. Otherwise the standard
+// library, to keep the connection alive, first reads the rest of the body
+// (up to 256 KB) before it sends the answer, and a client that trickles its
+// body never gets its 401.
+func closeOnUnreadBody(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+			h.ServeHTTP(w, r)
+			return
+		}
+		body := &eofReader{ReadCloser: r.Body}
+		r.Body = body
+		h.ServeHTTP(&refusalWriter{ResponseWriter: w, body: body}, r)
+	})
+}
+
+// eofReader notes whether its reader reached the end.
+type eofReader struct {
+	io.ReadCloser
+	eof bool
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.ReadCloser.Read(p)
+	if err == io.EOF {
+		e.eof = true
+	}
+	return n, err
+}
+
+// refusalWriter sets Connection: close on an error status written while
+// the body is unread.
+type refusalWriter struct {
+	http.ResponseWriter
+	body *eofReader
+}
+
+func (w *refusalWriter) WriteHeader(status int) {
+	if status >= 400 && !w.body.eof {
+		w.Header().Set("Connection", "close")
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+// Unwrap lets http.ResponseController reach the connection's deadlines.
+func (w *refusalWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// maxHeaderBytes bounds a request's header block: a bearer token and a
+// trace context need a few hundred bytes, not the standard library's 1 MB.
+const maxHeaderBytes = 64 << 10
+
 type principalHandler func(w http.ResponseWriter, r *http.Request, p auth.Principal)
 
 // authed checks the bearer token (401) and the privilege (403), and that
@@ -183,6 +252,11 @@ func (g *Gateway) httpGet(w http.ResponseWriter, r *http.Request, p auth.Princip
 			return
 		}
 		wait = min(d, g.cfg.MaxWait)
+	}
+	if wait > 0 {
+		// A long poll may outlast the server's write timeout by its own
+		// wait, and by no more.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(wait + g.cfg.WriteTimeout))
 	}
 	run, e := g.getRun(r.Context(), p.Tenant, id, wait)
 	if e != nil {

@@ -149,7 +149,7 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 	if err != nil {
 		return fmt.Errorf("HARVEST_GATEWAY_ADDR: %w", err)
 	}
-	srv := &http.Server{Handler: g.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := g.Server()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("gateway serving", "addr", ln.Addr().String(), "shards", len(cfg.Shards), "nats", nc.ConnectedUrlRedacted())

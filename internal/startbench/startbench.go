@@ -183,7 +183,7 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: gw.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := gw.Server()
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 

@@ -186,7 +186,8 @@ func serveMetrics(addr string, log *slog.Logger) (*http.Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", telemetry.MetricsHandler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server failed", "err", err)

@@ -163,7 +163,7 @@ func traceOneRun(t *testing.T, rec *tracetest.SpanRecorder, batch int) {
 	for name, a := range map[string]map[attribute.Key]attribute.Value{"start": sa, "claim": ca, "execute": ea} {
 		require.Equal(t, "default", a["harvest.queue"].AsString(), name)
 		require.Equal(t, int64(home), a["harvest.shard"].AsInt64(), name)
-		require.Equal(t, "customer-7", a["harvest.fairness_key"].AsString(), name)
+		require.Equal(t, "acme/customer-7", a["harvest.fairness_key"].AsString(), name) // bound to the tenant by default
 	}
 	_, hasLag := ca["harvest.claim.lag"]
 	require.True(t, hasLag, "claim span without lag")
