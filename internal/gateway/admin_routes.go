@@ -98,6 +98,27 @@ func (g *Gateway) weightOpts() []weights.Option {
 	return []weights.Option{weights.WithNATS(g.nc, g.subjects)}
 }
 
+// readOpts are the options of a weights read for p: a tenant's token sees
+// only the keys bound to its tenant, an operator's every key.
+func (g *Gateway) readOpts(p auth.Principal) []weights.Option {
+	opts := g.weightOpts()
+	if p.Tenant != "" {
+		opts = append(opts, weights.WithOwner(p.Tenant))
+	}
+	return opts
+}
+
+// ownKey refuses (403) a tenant's token that writes the weight or quota of
+// a key not bound to its tenant; an operator's token may write any key.
+func ownKey(w http.ResponseWriter, p auth.Principal, what, key string) bool {
+	if p.Tenant == "" || weights.OwnedBy(key, p.Tenant) {
+		return true
+	}
+	writeError(w, api.NewError(api.CodePermissionDenied, "token %q of tenant %q may only set the %s of its own keys (%q or %q...), not of %q",
+		p.Name, p.Tenant, what, p.Tenant, p.Tenant+"/", key))
+	return false
+}
+
 // asAPIError turns an error of pkg/weights or pkg/tenantcap into the
 // caller's error: its own *api.Error (400 naming the field), else the
 // gateway's mapping.
@@ -200,11 +221,11 @@ func (g *Gateway) writeResult(w http.ResponseWriter, status int, v any, publishE
 	writeJSON(w, status, v)
 }
 
-func (g *Gateway) httpGetWeights(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
+func (g *Gateway) httpGetWeights(w http.ResponseWriter, r *http.Request, p auth.Principal) {
 	if !knownQuery(w, r) {
 		return
 	}
-	res, err := weights.Get(r.Context(), g.weightShards(), r.PathValue("queue"), g.weightOpts()...)
+	res, err := weights.Get(r.Context(), g.weightShards(), r.PathValue("queue"), g.readOpts(p)...)
 	if err != nil {
 		writeError(w, g.asAPIError(err, "get weights"))
 		return
@@ -213,7 +234,7 @@ func (g *Gateway) httpGetWeights(w http.ResponseWriter, r *http.Request, _ auth.
 }
 
 func (g *Gateway) httpSetWeight(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	if !knownQuery(w, r) {
+	if !knownQuery(w, r) || !ownKey(w, p, "weight", r.PathValue("key")) {
 		return
 	}
 	body, e := g.readObject(w, r, reflect.TypeFor[weights.WeightBody]())
@@ -235,7 +256,7 @@ func (g *Gateway) httpSetWeight(w http.ResponseWriter, r *http.Request, p auth.P
 }
 
 func (g *Gateway) httpClearWeight(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	if !knownQuery(w, r) {
+	if !knownQuery(w, r) || !ownKey(w, p, "weight", r.PathValue("key")) {
 		return
 	}
 	res, err := weights.Clear(r.Context(), g.weightShards(), p.Name, r.PathValue("queue"), r.PathValue("key"), g.weightOpts()...)
@@ -246,11 +267,11 @@ func (g *Gateway) httpClearWeight(w http.ResponseWriter, r *http.Request, p auth
 	g.writeResult(w, res.Status(), res, res.PublishErr)
 }
 
-func (g *Gateway) httpGetQuota(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
+func (g *Gateway) httpGetQuota(w http.ResponseWriter, r *http.Request, p auth.Principal) {
 	if !knownQuery(w, r) {
 		return
 	}
-	res, err := weights.GetQuota(r.Context(), g.weightShards(), r.PathValue("queue"), r.PathValue("quota_key"), g.weightOpts()...)
+	res, err := weights.GetQuota(r.Context(), g.weightShards(), r.PathValue("queue"), r.PathValue("quota_key"), g.readOpts(p)...)
 	if err != nil {
 		writeError(w, g.asAPIError(err, "get quota"))
 		return
@@ -259,7 +280,7 @@ func (g *Gateway) httpGetQuota(w http.ResponseWriter, r *http.Request, _ auth.Pr
 }
 
 func (g *Gateway) httpSetQuota(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	if !knownQuery(w, r) {
+	if !knownQuery(w, r) || !ownKey(w, p, "quota", r.PathValue("quota_key")) {
 		return
 	}
 	body, e := g.readObject(w, r, reflect.TypeFor[weights.Quota]())
@@ -281,7 +302,7 @@ func (g *Gateway) httpSetQuota(w http.ResponseWriter, r *http.Request, p auth.Pr
 }
 
 func (g *Gateway) httpClearQuota(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	if !knownQuery(w, r) {
+	if !knownQuery(w, r) || !ownKey(w, p, "quota", r.PathValue("quota_key")) {
 		return
 	}
 	res, err := weights.ClearQuota(r.Context(), g.weightShards(), p.Name, r.PathValue("queue"), r.PathValue("quota_key"), g.weightOpts()...)
@@ -292,7 +313,7 @@ func (g *Gateway) httpClearQuota(w http.ResponseWriter, r *http.Request, p auth.
 	g.writeResult(w, res.Status(), res, res.PublishErr)
 }
 
-func (g *Gateway) httpKeys(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
+func (g *Gateway) httpKeys(w http.ResponseWriter, r *http.Request, p auth.Principal) {
 	if !knownQuery(w, r, "limit") {
 		return
 	}
@@ -301,7 +322,7 @@ func (g *Gateway) httpKeys(w http.ResponseWriter, r *http.Request, _ auth.Princi
 		writeError(w, e)
 		return
 	}
-	res, err := weights.Keys(r.Context(), g.weightShards(), r.PathValue("queue"), limit, g.weightOpts()...)
+	res, err := weights.Keys(r.Context(), g.weightShards(), r.PathValue("queue"), limit, g.readOpts(p)...)
 	if err != nil {
 		writeError(w, g.asAPIError(err, "keys"))
 		return

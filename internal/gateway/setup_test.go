@@ -58,6 +58,7 @@ const (
 	secretAdmin  = "secret-admin"   // no tenant
 	secretRoot   = "secret-root"    // no tenant: weights:*, config:*
 	secretWRead  = "secret-wread"   // no tenant: weights:read
+	secretAOps   = "secret-a-ops"   // tenantOn[0]: weights:read, weights:write
 )
 
 // entry is one token of a tokens file.
@@ -75,6 +76,7 @@ func testTokens(t *testing.T) *auth.TokenSet {
 		entry("ops", secretAdmin, "", "runs:read", "config:read"),
 		entry("root", secretRoot, "", "weights:read", "weights:write", "config:read", "config:write"),
 		entry("wread", secretWRead, "", "weights:read"),
+		entry("a-ops", secretAOps, tenantOn[0], "weights:read", "weights:write"),
 	}, ",") + "]"))
 	require.NoError(t, err)
 	return set

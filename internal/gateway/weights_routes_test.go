@@ -261,3 +261,73 @@ func TestKeysRoute(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// A tenant's token with the weights privileges reads and writes only the
+// keys bound to its tenant; an operator's token reads and writes them all.
+func TestTenantTokenSeesOnlyItsOwnKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{KeyBinding: true})
+	a, other := tenantOn[0], tenantOn[1]
+	for _, k := range []string{a, a + "/vip", other, other + "/vip"} {
+		status, out := b.call(t, "PUT", "/v1/queues/shared/weights/"+url.PathEscape(k), secretRoot, `{"weight": 2}`)
+		require.Equal(t, 200, status, string(out))
+		status, out = b.call(t, "PUT", "/v1/queues/shared/quotas/"+url.PathEscape(k), secretRoot, `{"max_concurrent": 3}`)
+		require.Equal(t, 200, status, string(out))
+	}
+	// Work of both tenants, so that both have keys with pending tasks.
+	for _, tenant := range []string{a, other} {
+		status, out := b.natsCall(t, "harvest.start."+tenant, startBody(""))
+		require.Equal(t, 201, status, string(out))
+	}
+
+	keysOf := func(secret string) (weightKeys, quotaKeys, listed []string) {
+		status, out := b.call(t, "GET", "/v1/queues/shared/weights", secret, nil)
+		require.Equal(t, 200, status, string(out))
+		for _, o := range decode[weights.ReadResult](t, out).Overrides {
+			weightKeys = append(weightKeys, o.Key)
+		}
+		status, out = b.call(t, "GET", "/v1/queues/shared/quotas", secret, nil)
+		require.Equal(t, 200, status, string(out))
+		for _, q := range decode[weights.QuotaReadResult](t, out).Quotas {
+			quotaKeys = append(quotaKeys, q.QuotaKey)
+		}
+		status, out = b.call(t, "GET", "/v1/queues/shared/keys", secret, nil)
+		require.Equal(t, 200, status, string(out))
+		seen := map[string]bool{}
+		for _, s := range decode[weights.KeysResult](t, out).Shards {
+			for _, k := range s.Keys {
+				if !seen[k.Key] { // every shard lists the keys with a weight
+					seen[k.Key] = true
+					listed = append(listed, k.Key)
+				}
+			}
+		}
+		return weightKeys, quotaKeys, listed
+	}
+	w, q, k := keysOf(secretAOps)
+	mine := []string{a, a + "/vip"}
+	require.ElementsMatch(t, mine, w)
+	require.ElementsMatch(t, mine, q)
+	require.ElementsMatch(t, mine, k)
+	w, q, k = keysOf(secretRoot)
+	require.Len(t, w, 4)
+	require.Len(t, q, 4)
+	require.Len(t, k, 4)
+
+	for _, req := range []struct{ method, path, body string }{
+		{"PUT", "/v1/queues/shared/weights/" + url.PathEscape(other), `{"weight": 9}`},
+		{"DELETE", "/v1/queues/shared/weights/" + url.PathEscape(other+"/vip"), ""},
+		{"PUT", "/v1/queues/shared/quotas/" + url.PathEscape(other), `{"max_concurrent": 1}`},
+		{"DELETE", "/v1/queues/shared/quotas/" + url.PathEscape(other), ""},
+		{"PUT", "/v1/queues/shared/weights/" + url.PathEscape(a+"x"), `{"weight": 9}`},
+	} {
+		var body any
+		if req.body != "" {
+			body = req.body
+		}
+		status, out := b.call(t, req.method, req.path, secretAOps, body)
+		require.Equal(t, 403, status, "%s %s: %s", req.method, req.path, out)
+	}
+	status, out := b.call(t, "PUT", "/v1/queues/shared/weights/"+url.PathEscape(a+"/vip"), secretAOps, `{"weight": 5}`)
+	require.Equal(t, 200, status, string(out))
+}

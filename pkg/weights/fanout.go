@@ -32,6 +32,7 @@ type options struct {
 	nc       *nats.Conn
 	subjects dispatch.Subjects
 	timeout  time.Duration
+	owner    string // WithOwner
 }
 
 // Option adjusts a fan-out.
@@ -43,6 +44,20 @@ type Option func(*options)
 // weights at each claim anyway): it is reported in PublishErr.
 func WithNATS(nc *nats.Conn, subjects dispatch.Subjects) Option {
 	return func(o *options) { o.nc, o.subjects = nc, subjects }
+}
+
+// WithOwner limits a read (Get, GetQuota, Keys) to the keys bound to
+// tenant: the key named tenant and the keys under "tenant/", the names the
+// gateway's key binding gives a tenant's keys. A gateway reads so for a
+// tenant's token, so that no tenant sees another's keys, weights, quotas,
+// backlog or claim rates.
+func WithOwner(tenant string) Option {
+	return func(o *options) { o.owner = tenant }
+}
+
+// OwnedBy reports whether key is bound to tenant (see WithOwner).
+func OwnedBy(key, tenant string) bool {
+	return key == tenant || strings.HasPrefix(key, tenant+"/")
 }
 
 // WithShardTimeout replaces DefaultShardTimeout.
@@ -305,7 +320,17 @@ func Get(ctx context.Context, shards []Shard, queue string, opts ...Option) (Rea
 	}
 	o := collect(opts)
 	res := call(ctx, shards, o, func(ctx context.Context, db DB) ([]Override, error) {
-		return List(ctx, db, queue)
+		all, err := List(ctx, db, queue)
+		if err != nil || o.owner == "" {
+			return all, err
+		}
+		mine := []Override{}
+		for _, ov := range all {
+			if OwnedBy(ov.Key, o.owner) {
+				mine = append(mine, ov)
+			}
+		}
+		return mine, nil
 	})
 	out := ReadResult{Queue: queue, Overrides: []Override{}, WeightsUniform: true, UnavailableShards: []int{}}
 	// Every key any answering shard holds, with each shard's weight.

@@ -303,6 +303,11 @@ const (
 // fairness state, due pending work, an override or a claim in the last
 // minute, at most limit of them (DefaultKeyLimit when limit <= 0).
 func KeysOne(ctx context.Context, db DB, queue string, limit int) (ShardKeyList, error) {
+	return keysOne(ctx, db, queue, "", limit)
+}
+
+// keysOne is KeysOne limited to the keys bound to owner (all when "").
+func keysOne(ctx context.Context, db DB, queue, owner string, limit int) (ShardKeyList, error) {
 	if err := ValidateQueue(queue); err != nil {
 		return ShardKeyList{}, err
 	}
@@ -313,7 +318,11 @@ func KeysOne(ctx context.Context, db DB, queue string, limit int) (ShardKeyList,
 		return ShardKeyList{}, api.Invalid("limit", "limit must be at most %d", MaxKeyLimit)
 	}
 	// The database clock decides the window, as it sets claimed_at.
-	rows, err := db.Query(ctx, sqlKeyList, queue, nil, limit+1)
+	var own any
+	if owner != "" {
+		own = owner
+	}
+	rows, err := db.Query(ctx, sqlKeyList, queue, nil, limit+1, own)
 	if err != nil {
 		return ShardKeyList{}, mapError("list keys", err)
 	}

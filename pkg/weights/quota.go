@@ -118,7 +118,17 @@ func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts 
 	}
 	o := collect(opts)
 	res := call(ctx, shards, o, func(ctx context.Context, db DB) ([]QuotaEntry, error) {
-		return ListQuotas(ctx, db, queue, quotaKey)
+		all, err := ListQuotas(ctx, db, queue, quotaKey)
+		if err != nil || o.owner == "" {
+			return all, err
+		}
+		mine := []QuotaEntry{}
+		for _, q := range all {
+			if OwnedBy(q.QuotaKey, o.owner) {
+				mine = append(mine, q)
+			}
+		}
+		return mine, nil
 	})
 	out := QuotaReadResult{Queue: queue, Quotas: []QuotaEntry{}, QuotasUniform: true, UnavailableShards: []int{}}
 	per := map[string]map[int]QuotaEntry{}
@@ -223,7 +233,7 @@ func Keys(ctx context.Context, shards []Shard, queue string, limit int, opts ...
 	}
 	o := collect(opts)
 	res := call(ctx, shards, o, func(ctx context.Context, db DB) (ShardKeyList, error) {
-		return KeysOne(ctx, db, queue, limit)
+		return keysOne(ctx, db, queue, o.owner, limit)
 	})
 	out := KeysResult{Queue: queue, Shards: []ShardKeys{}, UnavailableShards: []int{}}
 	for _, r := range res {

@@ -107,6 +107,9 @@ type route struct {
 	ok                 int
 	// otherTenant is the status for globex on acme's resources (0: same as ok).
 	otherTenant int
+	// tenantToken is the status for a tenant's token that has the
+	// privilege (0: same as ok): a tenant writes only its own keys.
+	tenantToken int
 }
 
 // newGateway runs an in-process gateway on two fresh shards.
@@ -164,12 +167,15 @@ func TestEveryRouteEveryPrivilege(t *testing.T) {
 		{method: "POST", path: "/v1/runs/acme-run/cancel", priv: auth.RunsStart, tenantOnly: true, ok: 200, otherTenant: 404},
 		{method: "GET", path: "/v1/usage", priv: auth.RunsRead, tenantOnly: true, ok: 200},
 		{method: "GET", path: "/v1/queues/q/weights", priv: auth.WeightsRead, ok: 200},
-		{method: "PUT", path: "/v1/queues/q/weights/k", body: `{"weight":2}`, priv: auth.WeightsWrite, ok: 200},
-		{method: "DELETE", path: "/v1/queues/q/weights/k", priv: auth.WeightsWrite, ok: 200},
+		{method: "PUT", path: "/v1/queues/q/weights/k", body: `{"weight":2}`, priv: auth.WeightsWrite, ok: 200, tenantToken: 403},
+		{method: "DELETE", path: "/v1/queues/q/weights/k", priv: auth.WeightsWrite, ok: 200, tenantToken: 403},
+		{method: "PUT", path: "/v1/queues/q/weights/acme%2Fk", body: `{"weight":2}`, priv: auth.WeightsWrite, ok: 200, otherTenant: 403},
+		{method: "DELETE", path: "/v1/queues/q/weights/acme", priv: auth.WeightsWrite, ok: 200, otherTenant: 403},
 		{method: "GET", path: "/v1/queues/q/quotas", priv: auth.WeightsRead, ok: 200},
-		{method: "PUT", path: "/v1/queues/q/quotas/qk", body: `{"max_concurrent":5}`, priv: auth.WeightsWrite, ok: 200},
+		{method: "PUT", path: "/v1/queues/q/quotas/qk", body: `{"max_concurrent":5}`, priv: auth.WeightsWrite, ok: 200, tenantToken: 403},
 		{method: "GET", path: "/v1/queues/q/quotas/qk", priv: auth.WeightsRead, ok: 200},
-		{method: "DELETE", path: "/v1/queues/q/quotas/qk", priv: auth.WeightsWrite, ok: 200},
+		{method: "DELETE", path: "/v1/queues/q/quotas/qk", priv: auth.WeightsWrite, ok: 200, tenantToken: 403},
+		{method: "PUT", path: "/v1/queues/q/quotas/acme%2Fqk", body: `{"max_concurrent":5}`, priv: auth.WeightsWrite, ok: 200, otherTenant: 403},
 		{method: "GET", path: "/v1/queues/q/keys", priv: auth.WeightsRead, ok: 200},
 		{method: "GET", path: "/v1/audit", priv: auth.ConfigRead, ok: 200},
 		{method: "GET", path: "/v1/admission", priv: auth.ConfigRead, ok: 200},
@@ -192,6 +198,8 @@ func TestEveryRouteEveryPrivilege(t *testing.T) {
 					want = 403
 				case tk.tenant == "globex" && rt.otherTenant != 0:
 					want = rt.otherTenant
+				case tk.tenant != "" && rt.tenantToken != 0:
+					want = rt.tenantToken
 				}
 				b := rt.body
 				if strings.Contains(b, "%s") {

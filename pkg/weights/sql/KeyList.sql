@@ -2,7 +2,9 @@
 -- work, an override or a claim since $2 (NULL: one minute ago on the
 -- database clock; counted through the index tasks_claimed_at), at most $3
 -- keys in byte order, each row carrying the queue clock V. Pending rows are
--- counted from the key index (the summary holds heads, not counts).
+-- counted from the key index (the summary holds heads, not counts). With
+-- $4 set, only the keys bound to tenant $4: the key $4 and those under
+-- '$4/'.
 WITH v AS (
     SELECT harvest_clock($1) AS clock
 ), waiting AS (
@@ -37,5 +39,6 @@ LEFT JOIN fair_state f ON f.queue = $1 AND f.key = k.key
 LEFT JOIN weight_overrides w ON w.queue = $1 AND w.key = k.key
 LEFT JOIN recent r ON r.key = k.key
 LEFT JOIN waiting p ON p.key = k.key
+WHERE $4::text IS NULL OR k.key = $4::text OR starts_with(k.key, $4::text || '/')
 ORDER BY k.key COLLATE "C"
 LIMIT $3
