@@ -244,6 +244,7 @@ func admissionSet(ctx context.Context, e env, args []string) error {
 	defer closeConns(conns)
 	sctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
+	p.MaxRuns = cfg.Settings.MaxRuns
 	cur, err := tenantcap.UpdateConfig(sctx, conns[0], cliActor(), p)
 	if err != nil {
 		return admissionSetError(err)

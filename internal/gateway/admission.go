@@ -177,7 +177,7 @@ func (h admitHook) Admit(ctx context.Context, in runstore.Admission) error {
 // other gateway re-reads it before its next start (or within
 // HARVEST_ADMISSION_RELOAD should the announcement be lost).
 func (g *Gateway) putAdmission(ctx context.Context, actor string, body []byte) (tenantcap.Current, *api.Error) {
-	cur, err := tenantcap.ApplyPut(ctx, g.shards[0], actor, body)
+	cur, err := tenantcap.ApplyPut(ctx, g.shards[0], actor, body, g.cfg.MaxRuns)
 	if err != nil {
 		var ae *api.Error
 		if errors.As(err, &ae) {

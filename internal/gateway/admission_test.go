@@ -394,6 +394,8 @@ func TestAdmissionRoutesPrivileges(t *testing.T) {
 		{"PUT", "/v1/admission", secretRoot, `{"algorithm": "fair"}`, 400, "algorithm"},
 		{"PUT", "/v1/admission", secretRoot, `{"tfm": 0}`, 400, "tfm"},
 		{"PUT", "/v1/admission", secretRoot, `{"tfm": -1}`, 400, "tfm"},
+		{"PUT", "/v1/admission", secretRoot, `{"tfm": 1e-320}`, 400, "tfm"},
+		{"PUT", "/v1/admission", secretRoot, `{"algorithm": "static", "tfm": 1e-9}`, 400, "tfm"},
 		{"PUT", "/v1/admission", secretRoot, `{"tfm": "3"}`, 400, "tfm"},
 		{"PUT", "/v1/admission", secretRoot, `{"max_runs": 500}`, 400, "max_runs"},
 		{"PUT", "/v1/admission", secretRoot, `{"tfm": 2, "tmf": 1}`, 400, "tmf"},
@@ -426,7 +428,7 @@ func TestAdmissionRoutesPrivileges(t *testing.T) {
 		refusals[actor]++
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, map[string]int{"a-ci": 1, "ops": 1, "root": 6}, refusals)
+	require.Equal(t, map[string]int{"a-ci": 1, "ops": 1, "root": 8}, refusals)
 	require.Zero(t, b.count(t, 0, `SELECT count(*) FROM audit WHERE outcome = 'ok'`))
 }
 

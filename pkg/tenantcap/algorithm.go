@@ -82,10 +82,33 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// ValidateTFM accepts positive finite numbers only.
+// MinTFM is the smallest multiplier accepted whatever the system limit:
+// below it every limit rounds to zero (the slack that absorbs binary
+// rounding is larger than the product).
+const MinTFM = 1e-9
+
+// ValidateTFM accepts finite numbers of at least MinTFM.
 func ValidateTFM(tfm float64) error {
 	if math.IsNaN(tfm) || math.IsInf(tfm, 0) || tfm <= 0 {
 		return api.Invalid("tfm", "tfm must be a positive finite number, not %s", formatTFM(tfm))
+	}
+	if tfm < MinTFM {
+		return api.Invalid("tfm", "tfm %s is so small that every tenant's limit rounds to 0; the smallest accepted is %g", formatTFM(tfm), MinTFM)
+	}
+	return nil
+}
+
+// ValidateTFMFor is ValidateTFM for a system limit of maxRuns (0: not
+// known): it also refuses a multiplier that leaves even a lone tenant,
+// with the whole system free, a limit of 0 (maxRuns × tfm below 1), since
+// then every start would be refused.
+func ValidateTFMFor(tfm float64, maxRuns int) error {
+	if err := ValidateTFM(tfm); err != nil {
+		return err
+	}
+	if x := tfm * float64(maxRuns); maxRuns > 0 && math.Floor(x+slack(x)) < 1 {
+		return api.Invalid("tfm", "tfm %s gives every tenant a limit of 0 with HARVEST_MAX_RUNS=%d (a tenant's limit is at most max_runs × tfm); use at least %s",
+			formatTFM(tfm), maxRuns, formatTFM(1/float64(maxRuns)))
 	}
 	return nil
 }

@@ -25,12 +25,23 @@ func TestDefaults(t *testing.T) {
 
 func TestValidateNamesTheField(t *testing.T) {
 	t.Parallel()
-	for _, tfm := range []float64{0, -1, math.NaN(), math.Inf(1), math.Inf(-1)} {
+	for _, tfm := range []float64{0, -1, math.NaN(), math.Inf(1), math.Inf(-1), 1e-320, 1e-10} {
 		err := Config{Algorithm: Static, TFM: tfm}.Validate()
 		var ae *api.Error
 		require.True(t, errors.As(err, &ae), "tfm %v", tfm)
 		require.Equal(t, "tfm", ae.Field)
 		require.Equal(t, http.StatusBadRequest, ae.Status)
+	}
+	// A multiplier whose limit rounds to nothing for a lone tenant with
+	// the whole system free is refused once the system limit is known.
+	require.NoError(t, ValidateTFMFor(1.0/128, 128))
+	require.NoError(t, ValidateTFMFor(0.001, 0))
+	for _, tfm := range []float64{0.001, 1e-320} {
+		err := ValidateTFMFor(tfm, 128)
+		var ae *api.Error
+		require.True(t, errors.As(err, &ae), "tfm %v", tfm)
+		require.Equal(t, "tfm", ae.Field)
+		require.Contains(t, ae.Message, "limit")
 	}
 	err := Config{Algorithm: "fair", TFM: 1}.Validate()
 	var ae *api.Error

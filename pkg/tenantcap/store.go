@@ -95,6 +95,9 @@ func decodeStored(raw []byte) (Config, error) {
 type Patch struct {
 	Algorithm *Algorithm
 	TFM       *float64
+	// MaxRuns is the system limit (HARVEST_MAX_RUNS) a new TFM is checked
+	// against (ValidateTFMFor); 0 checks the TFM alone.
+	MaxRuns int
 }
 
 // Empty reports whether the patch changes nothing.
@@ -121,7 +124,7 @@ func (p Patch) Validate() error {
 		return api.Invalid("algorithm", "unknown algorithm %q (want no_limit, static or dynamic)", *p.Algorithm)
 	}
 	if p.TFM != nil {
-		return ValidateTFM(*p.TFM)
+		return ValidateTFMFor(*p.TFM, p.MaxRuns)
 	}
 	return nil
 }
@@ -292,11 +295,13 @@ func ParsePut(body []byte) (Patch, error) {
 // and returns the configuration now in force. Every refusal is audited and
 // comes back as a 400 *api.Error. After it succeeds, the route announces
 // the change (PublishChange) and applies it locally (Watcher.Apply).
-func ApplyPut(ctx context.Context, shard0 Beginner, actor string, body []byte) (Current, error) {
+// maxRuns is the system limit a new TFM is checked against (0: none).
+func ApplyPut(ctx context.Context, shard0 Beginner, actor string, body []byte, maxRuns int) (Current, error) {
 	p, err := ParsePut(body)
 	if err != nil {
 		return Current{}, refuse(ctx, shard0, actor, body, err)
 	}
+	p.MaxRuns = maxRuns
 	return UpdateConfig(ctx, shard0, actor, p)
 }
 

@@ -52,12 +52,12 @@ func TestConfigPersistsAndIsAudited(t *testing.T) {
 	require.False(t, cur.UpdatedAt.IsZero())
 
 	// Only the TFM: the algorithm stays.
-	cur, err = ApplyPut(ctx, db, "admin:bob", []byte(`{"tfm": 2.5}`))
+	cur, err = ApplyPut(ctx, db, "admin:bob", []byte(`{"tfm": 2.5}`), 0)
 	require.NoError(t, err)
 	require.Equal(t, Config{Algorithm: Dynamic, TFM: 2.5}, cur.Config)
 
 	// Refusals change nothing and are audited.
-	_, err = ApplyPut(ctx, db, "admin:bob", []byte(`{"max_runs": 500}`))
+	_, err = ApplyPut(ctx, db, "admin:bob", []byte(`{"max_runs": 500}`), 0)
 	var ae *api.Error
 	require.True(t, errors.As(err, &ae))
 	require.Equal(t, http.StatusBadRequest, ae.Status)
@@ -66,7 +66,7 @@ func TestConfigPersistsAndIsAudited(t *testing.T) {
 	_, err = UpdateConfig(ctx, db, "cli:carol", Patch{TFM: new(-1.0)})
 	require.True(t, errors.As(err, &ae))
 	require.Equal(t, "tfm", ae.Field)
-	_, err = ApplyPut(ctx, db, "admin:bob", []byte("\x00not json"))
+	_, err = ApplyPut(ctx, db, "admin:bob", []byte("\x00not json"), 0)
 	require.True(t, errors.As(err, &ae))
 
 	// A restarted gateway loads what was persisted.
@@ -123,7 +123,7 @@ func TestWatcherSeesChangeOverNATS(t *testing.T) {
 		watchers[i] = w
 	}
 
-	cur, err := ApplyPut(ctx, db, "admin:alice", []byte(`{"algorithm":"dynamic","tfm":3}`))
+	cur, err := ApplyPut(ctx, db, "admin:alice", []byte(`{"algorithm":"dynamic","tfm":3}`), 0)
 	require.NoError(t, err)
 	require.True(t, watchers[0].Apply(cur), "the writing gateway applies at once")
 	require.NoError(t, PublishChange(ctx, conns[0], prefix, cur))
