@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/harvest-run/harvest/pkg/api"
 )
@@ -32,6 +33,11 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 // decodeStart reads one start request strictly: one JSON object, known
 // fields only, each of the right type. The error names the field at fault.
 func decodeStart(data []byte) (api.StartRequest, *api.Error) {
+	if !utf8.Valid(data) {
+		// The decoder would put U+FFFD in place of the bad bytes and the
+		// start would be taken with a name nobody sent.
+		return api.StartRequest{}, notUTF8(data)
+	}
 	var req api.StartRequest
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -43,6 +49,26 @@ func decodeStart(data []byte) (api.StartRequest, *api.Error) {
 		return req, nil
 	}
 	return api.StartRequest{}, diagnose(data, startFields, err)
+}
+
+// notUTF8 names the first field (in key order) whose value holds bytes
+// that are not UTF-8. (Bad bytes in a field's name are reported for the
+// whole body: the name could not be printed as received.)
+func notUTF8(data []byte) *api.Error {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(data, &obj) == nil {
+		keys := make([]string, 0, len(obj))
+		for k, v := range obj {
+			if !utf8.Valid(v) {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		if len(keys) > 0 {
+			return api.Invalid(keys[0], "%s holds bytes that are not UTF-8; send text as UTF-8", keys[0])
+		}
+	}
+	return api.NewError(api.CodeInvalidArgument, "the body holds bytes that are not UTF-8; send JSON as UTF-8")
 }
 
 // diagnose explains why a body did not decode into a struct whose fields

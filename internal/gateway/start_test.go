@@ -570,3 +570,32 @@ func TestUnknownRouteAndMetrics(t *testing.T) {
 }
 
 var _ = runstore.ErrConflict
+
+// Bytes that are not UTF-8 are refused naming the field, not replaced with
+// U+FFFD and taken; so are control and bidirectional-override characters
+// in queue names and keys, which the admin page and the CLI print.
+func TestStartRefusesBadText(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	for _, tc := range []struct{ body, field string }{
+		{"{\"name\":\"ec\xffho\",\"queue\":\"shared\"}", "name"},
+		{"{\"name\":\"echo\",\"queue\":\"sh\xc3\"}", "queue"},
+		{"{\"name\":\"echo\",\"queue\":\"shared\",\"fairness_key\":\"k\xfe\"}", "fairness_key"},
+		{"{\"name\":\"echo\",\"queue\":\"shared\",\"input\":{\"a\":\"\xff\"}}", "input"},
+		{`{"name":"echo","queue":"sha\u202Ered"}`, "queue"},
+		{`{"name":"echo","queue":"sha\u0007red"}`, "queue"},
+		{`{"name":"echo","queue":"shared","fairness_key":"a\u2066b"}`, "fairness_key"},
+		{`{"name":"echo","queue":"shared","quota_key":"a\u200Fb"}`, "quota_key"},
+	} {
+		status, out := b.call(t, "POST", "/v1/runs", secretA, tc.body)
+		require.Equal(t, 400, status, "%q: %s", tc.body, out)
+		require.Equal(t, tc.field, apiErr(t, out).Field, "%q", tc.body)
+		status, out = b.call(t, "POST", "/v1/runs/batch", secretA, `{"runs":[`+tc.body+`]}`)
+		require.Equal(t, 200, status, string(out))
+		require.Contains(t, string(out), `"field":"`+tc.field+`"`, "%q", tc.body)
+	}
+	b.nothingWritten(t, "bad text")
+	status, out := b.call(t, "PUT", "/v1/queues/shared/weights/a%E2%80%AEb", secretRoot, `{"weight": 2}`)
+	require.Equal(t, 400, status, string(out))
+	require.Equal(t, "key", apiErr(t, out).Field)
+}

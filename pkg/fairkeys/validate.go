@@ -45,6 +45,7 @@ const (
 	RuleDot             = "dot"
 	RuleOuterWhitespace = "outer_whitespace"
 	RuleControlChar     = "control_char"
+	RuleBidiControl     = "bidi_control"
 	RuleInvalidUTF8     = "invalid_utf8"
 	RuleTooLong         = "too_long"
 	RuleOutOfRange      = "out_of_range"
@@ -93,10 +94,8 @@ func ValidateKey(k string) error {
 	if hasOuterSpace(k) {
 		return invalid(RuleOuterWhitespace, "must not start or end with whitespace")
 	}
-	for _, r := range k {
-		if unicode.IsControl(r) {
-			return invalid(RuleControlChar, "must not contain control characters")
-		}
+	if err := noControls(k); err != nil {
+		return err
 	}
 	return nil
 }
@@ -118,17 +117,13 @@ func ValidateQuotaKey(k string) error {
 	if !utf8.ValidString(k) {
 		return invalid(RuleInvalidUTF8, "must be valid UTF-8")
 	}
-	if strings.IndexByte(k, 0) >= 0 {
-		return invalid(RuleControlChar, "must not hold a NUL byte")
-	}
-	return nil
+	return noControls(k)
 }
 
 // ValidateQueueName checks a queue name the way the weight API does. A fair
 // worker applies it at start: a queue whose name the weight API would refuse
 // could never receive an override, so serving it fairly would be a trap.
-// Only the rules below apply; other bytes (even control characters) are the
-// queue layer's business.
+// Only the rules below apply.
 func ValidateQueueName(q string) error {
 	if strings.TrimSpace(q) == "" {
 		return invalid(RuleBlank, "must not be blank")
@@ -147,8 +142,11 @@ func ValidateQueueName(q string) error {
 	if !utf8.ValidString(q) {
 		return invalid(RuleInvalidUTF8, "must be valid UTF-8")
 	}
-	if strings.IndexByte(q, 0) >= 0 {
-		return invalid(RuleControlChar, "must not hold a NUL byte")
+	// Queue names are drawn by the admin page and printed by the CLI: a
+	// control or bidirectional-override character could disguise one
+	// queue as another there.
+	if err := noControls(q); err != nil {
+		return err
 	}
 	return nil
 }
@@ -163,6 +161,26 @@ func ValidateWeight(w float64) error {
 		return invalid(RuleOutOfRange, "must be between 0.001 and 1000")
 	}
 	return nil
+}
+
+// noControls refuses control characters and the invisible characters that
+// reorder text (bidirectional embeddings, overrides, isolates and marks),
+// with which a name could be made to look like another where it is shown.
+func noControls(s string) error {
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return invalid(RuleControlChar, "must not contain control characters")
+		}
+		if isBidiControl(r) {
+			return invalid(RuleBidiControl, "must not contain bidirectional control characters (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069)")
+		}
+	}
+	return nil
+}
+
+// isBidiControl reports the characters of Unicode's Bidi_Control property.
+func isBidiControl(r rune) bool {
+	return unicode.Is(unicode.Bidi_Control, r)
 }
 
 // hasOuterSpace reports whether the first or last rune is whitespace. Bytes
