@@ -28,6 +28,7 @@ type Config struct {
 	QueueGroup    string        `envconfig:"GATEWAY_QUEUE_GROUP" default:"harvest-gateways" desc:"NATS queue group the gateways share for start requests"`
 	NATSInflight  int           `envconfig:"GATEWAY_NATS_INFLIGHT" default:"1024" desc:"NATS start requests handled at once; more wait in the client library"`
 	MaxWait       time.Duration `envconfig:"GATEWAY_MAX_WAIT" default:"60s" desc:"longest ?wait= of GET /v1/runs/{id}"`
+	MaxAhead      time.Duration `envconfig:"GATEWAY_MAX_SCHEDULE_AHEAD" default:"720h" desc:"how far ahead a start's run_at or delay may lie: a run not due yet holds an admission slot all the while"`
 
 	ReadHeaderTimeout time.Duration `envconfig:"GATEWAY_READ_HEADER_TIMEOUT" default:"5s" desc:"time a client has to send a request's headers"`
 	ReadTimeout       time.Duration `envconfig:"GATEWAY_READ_TIMEOUT" default:"30s" desc:"time a client has to send a whole request, body included"`
@@ -67,6 +68,7 @@ func (c Config) Validate() error {
 	check(c.QueueGroup != "", "HARVEST_GATEWAY_QUEUE_GROUP: must not be empty")
 	check(c.NATSInflight >= 1, "HARVEST_GATEWAY_NATS_INFLIGHT: must be at least 1, got %d", c.NATSInflight)
 	check(c.MaxWait > 0, "HARVEST_GATEWAY_MAX_WAIT: must be positive, got %s", c.MaxWait)
+	check(c.MaxAhead > 0, "HARVEST_GATEWAY_MAX_SCHEDULE_AHEAD: must be positive, got %s", c.MaxAhead)
 	check(c.ReadHeaderTimeout > 0, "HARVEST_GATEWAY_READ_HEADER_TIMEOUT: must be positive, got %s", c.ReadHeaderTimeout)
 	check(c.ReadTimeout >= c.ReadHeaderTimeout, "HARVEST_GATEWAY_READ_TIMEOUT: must be at least HARVEST_GATEWAY_READ_HEADER_TIMEOUT (%s), got %s", c.ReadHeaderTimeout, c.ReadTimeout)
 	check(c.WriteTimeout > 0, "HARVEST_GATEWAY_WRITE_TIMEOUT: must be positive, got %s", c.WriteTimeout)
@@ -94,6 +96,7 @@ func DefaultConfig(shards []string, natsURL string) Config {
 		QueueGroup:    "harvest-gateways",
 		NATSInflight:  1024,
 		MaxWait:       60 * time.Second,
+		MaxAhead:      30 * 24 * time.Hour,
 
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,

@@ -52,6 +52,9 @@ func (g *Gateway) prepare(ctx context.Context, c caller, req *api.StartRequest) 
 			return e
 		}
 	}
+	if e := g.checkAhead(req); e != nil {
+		return e
+	}
 	if g.cfg.KeyBinding {
 		if e := g.bindKey(c.tenant, req); e != nil {
 			return e
@@ -75,6 +78,27 @@ func (g *Gateway) prepare(ctx context.Context, c caller, req *api.StartRequest) 
 			}
 			return api.NewError(api.CodePermissionDenied, "start refused: %v", err)
 		}
+	}
+	return nil
+}
+
+// checkAhead refuses a run scheduled further ahead than
+// HARVEST_GATEWAY_MAX_SCHEDULE_AHEAD. A run counts against its tenant's
+// and the system's limits from its start, due or not, so a start at
+// 9999-12-31 would hold a slot for ever; the bound makes every slot come
+// back within it.
+func (g *Gateway) checkAhead(req *api.StartRequest) *api.Error {
+	limit := g.cfg.MaxAhead
+	if limit <= 0 {
+		return nil
+	}
+	switch {
+	case req.Delay != nil && time.Duration(*req.Delay) > limit:
+		return api.Invalid("delay", "delay %s is longer than %s, the furthest a run may be scheduled ahead (HARVEST_GATEWAY_MAX_SCHEDULE_AHEAD): a run that is not due yet holds an admission slot all the while",
+			time.Duration(*req.Delay), limit)
+	case req.RunAt != nil && time.Until(req.RunAt.Time) > limit:
+		return api.Invalid("run_at", "run_at %s is more than %s ahead, the furthest a run may be scheduled (HARVEST_GATEWAY_MAX_SCHEDULE_AHEAD): a run that is not due yet holds an admission slot all the while",
+			req.RunAt.Format(time.RFC3339), limit)
 	}
 	return nil
 }

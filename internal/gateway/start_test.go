@@ -599,3 +599,30 @@ func TestStartRefusesBadText(t *testing.T) {
 	require.Equal(t, 400, status, string(out))
 	require.Equal(t, "key", apiErr(t, out).Field)
 }
+
+// A run that is not due yet holds an admission slot, so a start may not be
+// scheduled further ahead than HARVEST_GATEWAY_MAX_SCHEDULE_AHEAD (30 days
+// by default).
+func TestStartScheduledTooFarAheadIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	require.Equal(t, 30*24*time.Hour, DefaultConfig(nil, "").MaxAhead)
+	for _, tc := range []struct{ extra, field string }{
+		{`"delay":"1000000h"`, "delay"},
+		{`"delay":"721h"`, "delay"},
+		{`"run_at":"9999-12-31T00:00:00Z"`, "run_at"},
+		{`"run_at":"` + time.Now().Add(31*24*time.Hour).UTC().Format(time.RFC3339) + `"`, "run_at"},
+	} {
+		status, out := b.call(t, "POST", "/v1/runs", secretA, startBody(tc.extra))
+		require.Equal(t, 400, status, "%s: %s", tc.extra, out)
+		require.Equal(t, tc.field, apiErr(t, out).Field)
+		require.Contains(t, apiErr(t, out).Message, "HARVEST_GATEWAY_MAX_SCHEDULE_AHEAD")
+		status, out = b.natsCall(t, "harvest.start."+tenantOn[0], startBody(tc.extra))
+		require.Equal(t, 400, status, "%s: %s", tc.extra, out)
+	}
+	b.nothingWritten(t, "scheduled too far ahead")
+	for _, extra := range []string{`"delay":"719h"`, `"run_at":"` + time.Now().Add(29*24*time.Hour).UTC().Format(time.RFC3339) + `"`} {
+		status, out := b.call(t, "POST", "/v1/runs", secretA, startBody(extra))
+		require.Equal(t, 201, status, "%s: %s", extra, out)
+	}
+}
