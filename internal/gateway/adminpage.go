@@ -31,11 +31,11 @@ import (
 //	POST /admin/admission  save algorithm and TFM (form: algorithm, tfm, csrf)
 //	POST /admin/logout     sign out (form: csrf)
 //
-// Sessions: see session.go. CSRF: the sign-in form carries a random value
-// that must match a short-lived cookie of the same value (double submit);
-// once signed in, every form carries the session's own CSRF token, checked
-// on every POST. Cookies are HttpOnly and SameSite=Strict, and Secure when
-// the request came over TLS.
+// Sessions: see session.go. CSRF: the sign-in form carries a value this
+// gateway signed, with an expiry, that must also match a short-lived cookie
+// of the same value (double submit); once signed in, every form carries the
+// session's own CSRF token, checked on every POST. Cookies are HttpOnly and
+// SameSite=Strict, and Secure over TLS (see secureCookies).
 
 //go:embed templates/*.html
 var templateFiles embed.FS
@@ -141,17 +141,28 @@ func (g *Gateway) render(w http.ResponseWriter, status int, page string, d pageD
 	_, _ = w.Write(buf.Bytes())
 }
 
-func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
+func (g *Gateway) setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{
 		Name: name, Value: value, Path: "/admin", MaxAge: maxAge,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: g.secureCookies(r),
 	})
 }
 
-// signIn shows the sign-in form with a fresh double-submit CSRF value.
+// secureCookies says whether the page's cookies get the Secure flag: when
+// the gateway terminates TLS itself, when a proxy in front says it did
+// (X-Forwarded-Proto: https; a forged header can only make the cookie
+// stricter), or always with HARVEST_GATEWAY_COOKIE_SECURE=always.
+func (g *Gateway) secureCookies(r *http.Request) bool {
+	return g.cfg.CookieSecure == CookieSecureAlways || r.TLS != nil ||
+		strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}
+
+// signIn shows the sign-in form with a fresh CSRF value, which this
+// gateway signed and which must also come back in a cookie (double
+// submit).
 func (g *Gateway) signIn(w http.ResponseWriter, r *http.Request, status int, msg string) {
-	csrf := randomToken()
-	setCookie(w, r, loginCookie, csrf, 600)
+	csrf := g.sessions.issueLogin()
+	g.setCookie(w, r, loginCookie, csrf, int(loginTTL/time.Second))
 	g.render(w, status, "signin", pageData{Title: "Sign in", CSRF: csrf, Error: msg})
 }
 
@@ -186,14 +197,14 @@ func (g *Gateway) pageAdmin(w http.ResponseWriter, r *http.Request) {
 		msg := ""
 		if _, err := r.Cookie(sessionCookie); err == nil {
 			msg = "Your session has ended; sign in again."
-			setCookie(w, r, sessionCookie, "", -1)
+			g.setCookie(w, r, sessionCookie, "", -1)
 		}
 		g.signIn(w, r, http.StatusOK, msg)
 		return
 	}
 	if !p.Has(auth.ConfigRead) {
 		g.sessions.remove(sess.id)
-		setCookie(w, r, sessionCookie, "", -1)
+		g.setCookie(w, r, sessionCookie, "", -1)
 		g.refused(w, fmt.Sprintf("Token %q lacks the config:read privilege.", p.Name))
 		return
 	}
@@ -215,7 +226,7 @@ func (g *Gateway) pageLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c, err := r.Cookie(loginCookie)
-	if err != nil || !sameToken(r.PostForm.Get("csrf"), c.Value) {
+	if err != nil || !sameToken(r.PostForm.Get("csrf"), c.Value) || !g.sessions.checkLogin(c.Value) {
 		g.signIn(w, r, http.StatusForbidden, "The sign-in form expired or did not come from this page; try again.")
 		return
 	}
@@ -225,13 +236,13 @@ func (g *Gateway) pageLogin(w http.ResponseWriter, r *http.Request) {
 		g.signIn(w, r, http.StatusUnauthorized, "Unknown token.")
 		return
 	}
-	setCookie(w, r, loginCookie, "", -1)
+	g.setCookie(w, r, loginCookie, "", -1)
 	if !p.Has(auth.ConfigRead) {
 		g.refused(w, fmt.Sprintf("Token %q lacks the config:read privilege: the administration page is for administrators only.", p.Name))
 		return
 	}
 	sess := g.sessions.create(secret)
-	setCookie(w, r, sessionCookie, sess.id, int(g.cfg.AdminSession/time.Second))
+	g.setCookie(w, r, sessionCookie, sess.id, int(g.cfg.AdminSession/time.Second))
 	http.Redirect(w, r, "/admin", http.StatusSeeOther)
 }
 
@@ -242,7 +253,7 @@ func (g *Gateway) postSession(w http.ResponseWriter, r *http.Request) (*session,
 	}
 	sess, p, ok := g.current(r)
 	if !ok {
-		setCookie(w, r, sessionCookie, "", -1)
+		g.setCookie(w, r, sessionCookie, "", -1)
 		g.signIn(w, r, http.StatusUnauthorized, "Your session has ended; sign in again.")
 		return nil, auth.Principal{}, false
 	}
@@ -259,7 +270,7 @@ func (g *Gateway) pageLogout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.sessions.remove(sess.id)
-	setCookie(w, r, sessionCookie, "", -1)
+	g.setCookie(w, r, sessionCookie, "", -1)
 	http.Redirect(w, r, "/admin", http.StatusSeeOther)
 }
 

@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -218,4 +220,69 @@ func TestAdminPageShowsOverridesAndAudit(t *testing.T) {
 	require.Regexp(t, `<td>`+tenantOn[1]+`</td><td class="num">2</td>`, page)
 	require.Contains(t, page, "weight.set")
 	require.Contains(t, page, "<td>root</td>")
+}
+
+// The sign-in form's CSRF value must be one this gateway issued: a cookie
+// and form field of the caller's choosing, however equal, are refused; an
+// issued value that expired is refused too.
+func TestAdminSignInTakesOnlyIssuedValues(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Now()}
+	b := setup(t, setupOpts{Now: clock.Now})
+	login := func(cookie, csrf string) *http.Response {
+		req, err := http.NewRequest("POST", b.srv.URL+"/admin/login",
+			strings.NewReader(url.Values{"token": {secretRoot}, "csrf": {csrf}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(&http.Cookie{Name: loginCookie, Value: cookie})
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		}}).Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	for _, forged := range []string{"forged", "a.1.b", "x." + fmt.Sprint(time.Now().Add(time.Hour).Unix()) + ".sig"} {
+		resp := login(forged, forged)
+		require.Equal(t, http.StatusForbidden, resp.StatusCode, forged)
+		for _, c := range resp.Cookies() {
+			require.NotEqual(t, sessionCookie, c.Name, "a session from a forged form")
+		}
+	}
+	_, page := newBrowser(t, b.srv.URL).get("/admin")
+	issued := csrfOf(t, page)
+	clock.Add(loginTTL + time.Second)
+	require.Equal(t, http.StatusForbidden, login(issued, issued).StatusCode, "expired")
+	_, page = newBrowser(t, b.srv.URL).get("/admin")
+	issued = csrfOf(t, page)
+	require.Equal(t, http.StatusSeeOther, login(issued, issued).StatusCode)
+}
+
+// Cookies are Secure over TLS, behind a proxy that says it terminated TLS,
+// or always when so configured.
+func TestAdminCookiesSecureBehindAProxy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	secure := func(g *Gateway, proto string) bool {
+		req := httptest.NewRequest("GET", "http://gw/admin", nil)
+		if proto != "" {
+			req.Header.Set("X-Forwarded-Proto", proto)
+		}
+		rec := httptest.NewRecorder()
+		g.Handler().ServeHTTP(rec, req)
+		cs := rec.Result().Cookies()
+		require.NotEmpty(t, cs)
+		return cs[0].Secure
+	}
+	require.False(t, secure(b.gw, ""))
+	require.True(t, secure(b.gw, "https"))
+	require.False(t, secure(b.gw, "http"))
+	cfg := b.gw.cfg
+	cfg.CookieSecure = CookieSecureAlways
+	g, err := New(Options{Config: cfg, Tokens: b.tokens})
+	require.NoError(t, err)
+	defer g.Close()
+	require.True(t, secure(g, ""))
+	cfg.CookieSecure = "sometimes"
+	require.ErrorContains(t, cfg.Validate(), "HARVEST_GATEWAY_COOKIE_SECURE")
 }

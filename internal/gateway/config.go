@@ -41,7 +41,14 @@ type Config struct {
 	GroupFlushers     int           `envconfig:"GATEWAY_GROUP_FLUSHERS" default:"2" desc:"start transactions in flight per shard; a tenant is in one at a time, and a second goes only when a quarter of HARVEST_GATEWAY_GROUP_MAX starts wait for it"`
 	GroupLinger       time.Duration `envconfig:"GATEWAY_GROUP_LINGER" default:"0s" desc:"extra wait for more starts before a group commits (0: take what queued up during the previous commit)"`
 	AdminSession      time.Duration `envconfig:"GATEWAY_ADMIN_SESSION" default:"30m" desc:"lifetime of a sign-in to the /admin page (sessions live in the memory of the gateway that made them)"`
+	CookieSecure      string        `envconfig:"GATEWAY_COOKIE_SECURE" default:"auto" desc:"Secure flag of the /admin cookies: auto (over TLS, or when a proxy sends X-Forwarded-Proto: https) or always (a gateway behind a TLS proxy that does not say so)"`
 }
+
+// Values of HARVEST_GATEWAY_COOKIE_SECURE.
+const (
+	CookieSecureAuto   = "auto"
+	CookieSecureAlways = "always"
+)
 
 var prefixRe = regexp.MustCompile(`^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$`)
 
@@ -79,6 +86,7 @@ func (c Config) Validate() error {
 	check(c.GroupMax >= 1 && c.GroupMax <= 60, "HARVEST_GATEWAY_GROUP_MAX: must be from 1 to 60 (PostgreSQL caches 64 subtransactions), got %d", c.GroupMax)
 	check(c.GroupFlushers >= 1, "HARVEST_GATEWAY_GROUP_FLUSHERS: must be at least 1, got %d", c.GroupFlushers)
 	check(c.AdminSession >= time.Minute && c.AdminSession <= 24*time.Hour, "HARVEST_GATEWAY_ADMIN_SESSION: must be from 1m to 24h, got %s", c.AdminSession)
+	check(c.CookieSecure == CookieSecureAuto || c.CookieSecure == CookieSecureAlways, "HARVEST_GATEWAY_COOKIE_SECURE: must be %s or %s, got %q", CookieSecureAuto, CookieSecureAlways, c.CookieSecure)
 	check(c.GroupLinger >= 0 && c.GroupLinger <= 50*time.Millisecond, "HARVEST_GATEWAY_GROUP_LINGER: must be from 0 to 50ms, got %s", c.GroupLinger)
 	return errors.Join(errs...)
 }
@@ -110,5 +118,6 @@ func DefaultConfig(shards []string, natsURL string) Config {
 		GroupMax:       48,
 		GroupFlushers:  2,
 		AdminSession:   30 * time.Minute,
+		CookieSecure:   CookieSecureAuto,
 	}
 }

@@ -1,9 +1,13 @@
 package gateway
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -32,6 +36,10 @@ type session struct {
 type sessionStore struct {
 	ttl time.Duration
 	now func() time.Time
+	// loginKey signs the sign-in form's CSRF values, so that only values
+	// this gateway issued (and recently) are accepted: a cookie and form
+	// field of the caller's own choosing are not.
+	loginKey []byte
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -41,7 +49,44 @@ func newSessionStore(ttl time.Duration, now func() time.Time) *sessionStore {
 	if ttl <= 0 {
 		ttl = 30 * time.Minute
 	}
-	return &sessionStore{ttl: ttl, now: now, sessions: map[string]*session{}}
+	key := make([]byte, 32)
+	_, _ = rand.Read(key) // never fails (crypto/rand)
+	return &sessionStore{ttl: ttl, now: now, loginKey: key, sessions: map[string]*session{}}
+}
+
+// loginTTL is how long a sign-in form stays valid.
+const loginTTL = 10 * time.Minute
+
+// issueLogin returns a fresh CSRF value for the sign-in form: a random
+// nonce and an expiry, signed with the store's key.
+func (s *sessionStore) issueLogin() string {
+	body := randomToken() + "." + strconv.FormatInt(s.now().Add(loginTTL).Unix(), 10)
+	return body + "." + s.loginMAC(body)
+}
+
+// checkLogin reports whether v is a value issueLogin made and that has
+// not expired.
+func (s *sessionStore) checkLogin(v string) bool {
+	i := strings.LastIndexByte(v, '.')
+	if i < 0 {
+		return false
+	}
+	body, mac := v[:i], v[i+1:]
+	if !sameToken(mac, s.loginMAC(body)) {
+		return false
+	}
+	_, exp, ok := strings.Cut(body, ".")
+	if !ok {
+		return false
+	}
+	unix, err := strconv.ParseInt(exp, 10, 64)
+	return err == nil && s.now().Before(time.Unix(unix, 0))
+}
+
+func (s *sessionStore) loginMAC(body string) string {
+	m := hmac.New(sha256.New, s.loginKey)
+	m.Write([]byte(body))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
 // randomToken is 32 bytes from the system's CSPRNG, base64url-encoded.
