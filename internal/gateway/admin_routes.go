@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"reflect"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/pkg/api"
@@ -34,12 +36,12 @@ import (
 // is sent as /v1/queues/orders.eu/... or /v1/queues/my%20queue/....
 func (g *Gateway) adminRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/queues/{queue}/weights", g.operator(auth.WeightsRead, g.httpGetWeights))
-	mux.HandleFunc("PUT /v1/queues/{queue}/weights/{key}", g.operator(auth.WeightsWrite, g.httpSetWeight))
-	mux.HandleFunc("DELETE /v1/queues/{queue}/weights/{key}", g.operator(auth.WeightsWrite, g.httpClearWeight))
+	mux.HandleFunc("PUT /v1/queues/{queue}/weights/{key}", g.audited("weight.set", "key", g.operator(auth.WeightsWrite, g.httpSetWeight)))
+	mux.HandleFunc("DELETE /v1/queues/{queue}/weights/{key}", g.audited("weight.clear", "key", g.operator(auth.WeightsWrite, g.httpClearWeight)))
 	mux.HandleFunc("GET /v1/queues/{queue}/quotas", g.operator(auth.WeightsRead, g.httpGetQuota))
 	mux.HandleFunc("GET /v1/queues/{queue}/quotas/{quota_key}", g.operator(auth.WeightsRead, g.httpGetQuota))
-	mux.HandleFunc("PUT /v1/queues/{queue}/quotas/{quota_key}", g.operator(auth.WeightsWrite, g.httpSetQuota))
-	mux.HandleFunc("DELETE /v1/queues/{queue}/quotas/{quota_key}", g.operator(auth.WeightsWrite, g.httpClearQuota))
+	mux.HandleFunc("PUT /v1/queues/{queue}/quotas/{quota_key}", g.audited("quota.set", "quota_key", g.operator(auth.WeightsWrite, g.httpSetQuota)))
+	mux.HandleFunc("DELETE /v1/queues/{queue}/quotas/{quota_key}", g.audited("quota.clear", "quota_key", g.operator(auth.WeightsWrite, g.httpClearQuota)))
 	mux.HandleFunc("GET /v1/queues/{queue}/keys", g.operator(auth.WeightsRead, g.httpKeys))
 	mux.HandleFunc("GET /v1/audit", g.operator(auth.ConfigRead, g.httpAudit))
 	mux.HandleFunc("GET /v1/admission", g.operator(auth.ConfigRead, g.httpGetAdmission))
@@ -96,6 +98,95 @@ func (g *Gateway) weightOpts() []weights.Option {
 		return nil
 	}
 	return []weights.Option{weights.WithNATS(g.nc, g.subjects)}
+}
+
+// audited records the refusals of a write route in the audit log (on
+// shard 0): a 403, whether for want of the privilege or for another
+// tenant's key, folded per actor and minute (weights.AuditRefused), every
+// other refusal (400, ...) in a row of its own. An unknown token
+// (401) names no actor and is not recorded; failures of the shards
+// (5xx) are not refusals.
+func (g *Gateway) audited(action, keyParam string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var body bytes.Buffer
+		if r.Body != nil {
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.TeeReader(r.Body, &limitedWriter{w: &body, n: auditBodyBytes}), r.Body}
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		h(rec, r)
+		// 409 is a refusal at the override cap, which the shards' own
+		// write functions audit.
+		if rec.status < 400 || rec.status == http.StatusUnauthorized || rec.status == http.StatusConflict || rec.status >= 500 {
+			return
+		}
+		secret, _ := auth.BearerToken(r.Header.Get("Authorization"))
+		p, err := g.tokens.Authenticate(secret)
+		if err != nil {
+			return
+		}
+		msg := http.StatusText(rec.status)
+		var eb api.ErrorBody
+		if json.Unmarshal(rec.body.Bytes(), &eb) == nil && eb.Error != nil {
+			msg = eb.Error.Message
+			if eb.Error.Field != "" {
+				msg = eb.Error.Field + ": " + msg
+			}
+		}
+		g.auditRefused(r, weights.Refusal{Actor: p.Name, Action: action, Queue: r.PathValue("queue"),
+			Key: r.PathValue(keyParam), Attempted: body.Bytes(), Message: msg}, rec.status == http.StatusForbidden)
+	}
+}
+
+// auditBodyBytes bounds what audited keeps of a request body.
+const auditBodyBytes = 4096
+
+// auditRefused writes a refusal's audit row on shard 0, folded or not.
+func (g *Gateway) auditRefused(r *http.Request, ref weights.Refusal, fold bool) {
+	window := time.Duration(0)
+	if fold {
+		window = weights.DefaultRefusalFold
+	}
+	if err := weights.AuditRefused(r.Context(), g.shards[0], ref, window); err != nil {
+		g.log.Warn("gateway: cannot audit a refused change", "actor", ref.Actor, "action", ref.Action, "err", err)
+	}
+}
+
+// statusRecorder keeps the status and (for errors) the body written.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	body   bytes.Buffer
+}
+
+func (s *statusRecorder) WriteHeader(status int) {
+	s.status = status
+	s.ResponseWriter.WriteHeader(status)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	if s.status >= 400 && s.body.Len() < auditBodyBytes {
+		s.body.Write(b)
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// limitedWriter keeps the first n bytes written to it and drops the rest.
+type limitedWriter struct {
+	w *bytes.Buffer
+	n int
+}
+
+func (l *limitedWriter) Write(b []byte) (int, error) {
+	if room := l.n - l.w.Len(); room > 0 {
+		l.w.Write(b[:min(room, len(b))])
+	}
+	return len(b), nil
 }
 
 // readOpts are the options of a weights read for p: a tenant's token sees
@@ -387,7 +478,10 @@ func (g *Gateway) httpPutAdmission(w http.ResponseWriter, r *http.Request) {
 	}
 	body, e := g.readBody(w, r)
 	if !p.Has(auth.ConfigWrite) {
-		refuse(body, api.NewError(api.CodePermissionDenied, "token %q lacks the %s privilege", p.Name, auth.ConfigWrite))
+		// Without the privilege: one row per actor and minute, counted.
+		e := api.NewError(api.CodePermissionDenied, "token %q lacks the %s privilege", p.Name, auth.ConfigWrite)
+		g.auditRefused(r, weights.Refusal{Actor: p.Name, Action: tenantcap.AuditAction, Attempted: body, Message: e.Message}, true)
+		writeError(w, e)
 		return
 	}
 	if e != nil {

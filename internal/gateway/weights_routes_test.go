@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"testing"
@@ -170,11 +171,16 @@ func TestWeightsRoutesNamesAndErrors(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 200, qr.Status())
 
-	// Every change is audited with the token's name.
+	// Every change is audited with the token's name, and so are the
+	// refused attempts of tokens without the privilege.
 	page, err := c.Audit(b.ctx, client.AuditOptions{Limit: 100})
 	require.NoError(t, err)
 	require.NotEmpty(t, page.Entries)
 	for _, e := range page.Entries {
+		if e.Actor != "root" {
+			require.Equal(t, "refused", e.Outcome, "%+v", e)
+			continue
+		}
 		require.Equal(t, "root", e.Actor)
 	}
 }
@@ -330,4 +336,47 @@ func TestTenantTokenSeesOnlyItsOwnKeys(t *testing.T) {
 	}
 	status, out := b.call(t, "PUT", "/v1/queues/shared/weights/"+url.PathEscape(a+"/vip"), secretAOps, `{"weight": 5}`)
 	require.Equal(t, 200, status, string(out))
+}
+
+// A token without the privilege cannot flood the audit log: its refused
+// attempts at one action share one row per minute, with a count. Every
+// other refused change (a bad value from a privileged token) gets its own
+// row, on the weight routes as on admission.
+func TestRefusedChangesAreAuditedWithoutFlooding(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	const tries = 40
+	for range tries {
+		status, _ := b.call(t, "PUT", "/v1/admission", secretA, `{"algorithm":"static"}`)
+		require.Equal(t, 403, status)
+		status, _ = b.call(t, "PUT", "/v1/queues/shared/weights/k", secretA, `{"weight": 2}`)
+		require.Equal(t, 403, status)
+		status, _ = b.call(t, "DELETE", "/v1/queues/shared/quotas/"+url.PathEscape(tenantOn[1]), secretAOps, nil)
+		require.Equal(t, 403, status)
+	}
+	for range 2 {
+		status, _ := b.call(t, "PUT", "/v1/queues/shared/weights/k", secretRoot, `{"weight": -1}`)
+		require.Equal(t, 400, status)
+	}
+	status, out := b.call(t, "GET", "/v1/audit?limit=1000", secretRoot, nil)
+	require.Equal(t, 200, status, string(out))
+	type row struct {
+		Actor, Action, Outcome, Message string
+		Repeats                         int
+	}
+	var page struct{ Entries []row }
+	require.NoError(t, json.Unmarshal(out, &page))
+	got := map[string][]row{}
+	for _, e := range page.Entries {
+		got[e.Actor+" "+e.Action] = append(got[e.Actor+" "+e.Action], e)
+	}
+	for _, k := range []string{"a-ci admission.set", "a-ci weight.set", "a-ops quota.clear"} {
+		require.Len(t, got[k], 1, "%s: %+v", k, page.Entries)
+		require.Equal(t, "refused", got[k][0].Outcome)
+		require.Equal(t, tries-1, got[k][0].Repeats, k)
+		require.Contains(t, got[k][0].Message, "a-")
+	}
+	require.Len(t, got["root weight.set"], 2, "each bad value of a privileged token has its row")
+	require.Contains(t, got["root weight.set"][0].Message, "weight")
+	require.Zero(t, got["root weight.set"][0].Repeats)
 }

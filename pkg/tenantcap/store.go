@@ -8,13 +8,12 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 
+	"github.com/harvest-run/harvest/internal/auditdoc"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/dispatch"
 )
@@ -208,7 +207,7 @@ func RecordRefusal(ctx context.Context, shard0 DB, actor string, attempted []byt
 			msg = ae.Field + ": " + msg
 		}
 	}
-	if _, err := shard0.Exec(ctx, sqlAuditInsert, actor, AuditAction, old, auditValue(attempted), OutcomeRefused, msg); err != nil {
+	if _, err := shard0.Exec(ctx, sqlAuditInsert, actor, AuditAction, old, auditdoc.Value(attempted), OutcomeRefused, msg); err != nil {
 		return fmt.Errorf("tenantcap: write audit row: %w", err)
 	}
 	return nil
@@ -221,27 +220,6 @@ func refuse(ctx context.Context, shard0 DB, actor string, attempted []byte, reas
 		return errors.Join(reason, err)
 	}
 	return reason
-}
-
-// maxAuditBody bounds what an audit row keeps of a refused request.
-const maxAuditBody = 4096
-
-// auditValue is attempted as a jsonb value: the JSON itself when it is a
-// small valid document Postgres can store, otherwise {"body": "<text>"}.
-func auditValue(attempted []byte) []byte {
-	if len(attempted) == 0 {
-		return nil
-	}
-	if len(attempted) <= maxAuditBody && json.Valid(attempted) && !bytes.Contains(attempted, []byte(`\u0000`)) {
-		return attempted
-	}
-	s := attempted
-	if len(s) > maxAuditBody {
-		s = s[:maxAuditBody]
-	}
-	text := strings.ToValidUTF8(strings.ReplaceAll(string(s), "\x00", ""), string(utf8.RuneError))
-	b, _ := json.Marshal(map[string]string{"body": text})
-	return b
 }
 
 // ParsePut reads the body of PUT /v1/admission: a JSON object with

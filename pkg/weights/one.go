@@ -30,6 +30,7 @@ var (
 	sqlQuotaList      = mustSQL("QuotaList")
 	sqlKeyList        = mustSQL("KeyList")
 	sqlAuditList      = mustSQL("AuditList")
+	sqlAuditRefused   = mustSQL("AuditRefused")
 )
 
 // DB is what the one-shard functions need of a connection: *pgxpool.Pool,
@@ -384,6 +385,9 @@ type AuditEntry struct {
 	// or notes a change that changed nothing.
 	Outcome string `json:"outcome"`
 	Message string `json:"message"`
+	// Repeats counts the further refused attempts of the same actor and
+	// action folded into this row (see AuditRefused).
+	Repeats int `json:"repeats"`
 }
 
 // AuditPage is one page of GET /v1/audit.
@@ -425,7 +429,7 @@ func AuditList(ctx context.Context, db DB, cursor string, limit int) (AuditPage,
 	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
 		var e AuditEntry
 		var oldV, newV []byte
-		err := r.Scan(&e.ID, &e.At.Time, &e.Actor, &e.Action, &e.Queue, &e.Key, &oldV, &newV, &e.Outcome, &e.Message)
+		err := r.Scan(&e.ID, &e.At.Time, &e.Actor, &e.Action, &e.Queue, &e.Key, &oldV, &newV, &e.Outcome, &e.Message, &e.Repeats)
 		e.OldValue, e.NewValue = rawOrNull(oldV), rawOrNull(newV)
 		return e, err
 	})
