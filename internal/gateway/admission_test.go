@@ -70,7 +70,7 @@ func putAdmission(t *testing.T, b *bundle, body string) tenantcap.AdmissionView 
 // fresh waits until the gateway's cached totals hold total runs.
 func fresh(t *testing.T, b *bundle, total int) {
 	t.Helper()
-	require.Eventually(t, func() bool { return b.gw.adm.totals.Sum() == total }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.gw.adm.totals.Sum() == total }, 30*time.Second, 5*time.Millisecond)
 }
 
 func runsOf(t *testing.T, b *bundle, tenant string) int {
@@ -226,7 +226,7 @@ func TestAdmissionBoundedOvershoot(t *testing.T) {
 				}
 			}
 			return true
-		}, 5*time.Second, 5*time.Millisecond)
+		}, 30*time.Second, 5*time.Millisecond)
 	}
 	// tenantOn[0] lives on shard 0 (through gateway a), tenantOn[1] on
 	// shard 1 (through gateway b).
@@ -263,7 +263,7 @@ func TestAdmissionDynamicExamples(t *testing.T) {
 	require.Equal(t, 288, *v.Limit)
 	fresh(t, a, 32)
 	fresh(t, b, 32)
-	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.Dynamic }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.Dynamic }, 30*time.Second, 5*time.Millisecond)
 	hs, err := b.client(t, secretA).Start(b.ctx, "echo", "shared", nil, client.StartOptions{ID: "heavy-32"})
 	require.NoError(t, err, "29 < 288")
 	ls, err := a.client(t, secretB).Start(a.ctx, "echo", "shared", nil, client.StartOptions{ID: "light-32"})
@@ -276,10 +276,10 @@ func TestAdmissionDynamicExamples(t *testing.T) {
 	// The filler tenant would be refused under dynamic itself: fill under
 	// no_limit, then switch back.
 	putAdmission(t, a, `{"algorithm": "no_limit"}`)
-	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.NoLimit }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.NoLimit }, 30*time.Second, 5*time.Millisecond)
 	fillRuns(t, a, filler, 88)
 	putAdmission(t, a, `{"algorithm": "dynamic"}`)
-	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.Dynamic }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.Dynamic }, 30*time.Second, 5*time.Millisecond)
 	fresh(t, a, 120)
 	fresh(t, b, 120)
 	for _, g := range []*bundle{a, b} {
@@ -308,7 +308,7 @@ func TestAdmissionExactPerTenantRace(t *testing.T) {
 	a := setup(t, setupOpts{Tokens: tokens})
 	b := setup(t, setupOpts{Tokens: tokens, Shards: a.urls, NATSURL: a.natsURL})
 	putAdmission(t, a, `{"algorithm": "static", "tfm": 1}`)
-	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.Static }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.Static }, 30*time.Second, 5*time.Millisecond)
 	fillRuns(t, a, tenantOn[0], 10)
 
 	clients := []*client.Client{a.client(t, secretA), b.client(t, secretA), a.natsClient(t, tenantOn[0]), b.natsClient(t, tenantOn[0])}

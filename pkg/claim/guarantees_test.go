@@ -70,7 +70,7 @@ type claimedTask struct {
 
 func newFleet(t *testing.T, procs, conns int) *fleet {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	t.Cleanup(cancel)
 	f := &fleet{t: t, ctx: ctx, url: testsvc.NewDBURL(t)}
 	for range procs {

@@ -25,7 +25,9 @@ type bundle struct {
 
 func setup(t testing.TB) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Long enough for the property tests under the race detector on a
+	// loaded machine; a hang still ends with go test's own timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	t.Cleanup(cancel)
 	return &bundle{ctx: ctx, db: testsvc.NewDB(t), t: t}
 }

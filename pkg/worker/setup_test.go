@@ -33,7 +33,7 @@ type bundle struct {
 
 func setup(t testing.TB) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	t.Cleanup(cancel)
 	b := &bundle{t: t, ctx: ctx, db: testsvc.NewDB(t)}
 	nc, err := nats.Connect(testsvc.NATSURL(t))

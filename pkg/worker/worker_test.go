@@ -279,12 +279,19 @@ func TestLostLeaseCancelsHandlerAndDropsResult(t *testing.T) {
 	b.wake("q")
 	<-h.started
 	// The lease runs out (as if the worker had been paused) and the
-	// janitor rescues the task.
-	_, err := b.db.Exec(b.ctx, `UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, st.TaskID)
+	// janitor rescues the task, in one transaction: the row stays locked
+	// from the expiry to the rescue, so the worker's heartbeat (every
+	// 10 ms) cannot extend the lease in between; it waits, then finds
+	// the lease gone.
+	tx, err := b.db.Begin(b.ctx)
 	require.NoError(t, err)
-	rescued, err := claim.RescueExpired(b.ctx, b.db, 10)
+	defer tx.Rollback(b.ctx) //nolint:errcheck // a no-op after commit
+	_, err = tx.Exec(b.ctx, `UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, st.TaskID)
+	require.NoError(t, err)
+	rescued, err := claim.RescueExpired(b.ctx, tx, 10)
 	require.NoError(t, err)
 	require.Equal(t, 1, rescued.Requeued)
+	require.NoError(t, tx.Commit(b.ctx))
 
 	require.ErrorIs(t, <-h.cause, worker.ErrLeaseLost)
 	require.Equal(t, worker.OutcomeDiscarded, r.next(t, b.ctx).Outcome)
