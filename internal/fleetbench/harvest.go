@@ -34,7 +34,7 @@ import (
 const (
 	queue       = "fleet"
 	floodKey    = "flood"
-	lightKey    = "light"
+	lightKey    = lightTenant // the key binding gives the light tenant's runs
 	floodTenant = "flood"
 	lightTenant = "light"
 )
@@ -355,8 +355,9 @@ func runHarvest(ctx context.Context, cfg *Config, natsURL string, fair bool, pai
 				defer lightWG.Done()
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(lctx), 10*time.Second)
 				defer cancel()
-				_, err := light.Start(sctx, "echo", queue, map[string]int64{"seq": n},
-					client.StartOptions{FairnessKey: lightKey})
+				// No key: the gateway binds the run to the key named after
+				// its tenant, lightKey (key binding is on by default).
+				_, err := light.Start(sctx, "echo", queue, map[string]int64{"seq": n}, client.StartOptions{})
 				if err != nil {
 					lightErrs.Add(1)
 					firstErr.CompareAndSwap(nil, err.Error())

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
@@ -470,4 +472,48 @@ func admissionDecisions(t *testing.T) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// The system limit is exact on one shard, whatever the interleaving: three
+// gateways, three tenants, 300 concurrent starts and max_runs 40 leave
+// exactly 40 unfinished runs. (Every start group on the shard takes the
+// shard's admission lock, so no two groups judge the same total.)
+func TestAdmissionSystemLimitExactOnOneShard(t *testing.T) {
+	t.Parallel()
+	tokens := eightTenants(t)
+	shard := []string{testsvc.NewDBURL(t)}
+	a := setup(t, setupOpts{Tokens: tokens, MaxRuns: 40, Shards: shard})
+	gws := []*bundle{a,
+		setup(t, setupOpts{Tokens: tokens, MaxRuns: 40, Shards: shard, NATSURL: a.natsURL}),
+		setup(t, setupOpts{Tokens: tokens, MaxRuns: 40, Shards: shard, NATSURL: a.natsURL})}
+	secrets := []string{secretA, secretB, "secret-t2"}
+	var clients []*client.Client
+	for _, g := range gws {
+		for _, s := range secrets {
+			clients = append(clients, g.client(t, s))
+		}
+	}
+	var admitted, refused atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 300 {
+		wg.Go(func() {
+			<-start
+			_, err := clients[i%len(clients)].Start(context.Background(), "echo", "shared", nil, client.StartOptions{ID: fmt.Sprint("sys-", i)})
+			var ae *api.Error
+			switch {
+			case err == nil:
+				admitted.Add(1)
+			case errors.As(err, &ae) && ae.Code == api.CodeOverLimit:
+				refused.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	require.EqualValues(t, 40, admitted.Load())
+	require.EqualValues(t, 260, refused.Load())
+	require.Equal(t, 40, a.count(t, 0, `SELECT count(*) FROM runs WHERE finished_at IS NULL`))
 }

@@ -3,5 +3,8 @@
 -- firing of a tenant then takes its locks in one order (count, throttle
 -- key, group, run, task), and accepts of one tenant take turns, so
 -- the id checks that follow see every earlier start of the tenant.
-INSERT INTO tenant_running AS t (tenant, running) VALUES ($1, 0)
+-- The shard's admission lock comes first (harvest_shard_admission_lock).
+WITH shard AS (SELECT harvest_shard_admission_lock())
+INSERT INTO tenant_running AS t (tenant, running)
+SELECT $1, 0 FROM shard
 ON CONFLICT (tenant) DO UPDATE SET running = t.running
