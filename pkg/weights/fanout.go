@@ -60,6 +60,21 @@ func OwnedBy(key, tenant string) bool {
 	return key == tenant || strings.HasPrefix(key, tenant+"/")
 }
 
+// ownedOnly keeps the items whose key is bound to owner (all of them when
+// owner is empty, nothing on error).
+func ownedOnly[T any](all []T, err error, owner string, key func(T) string) ([]T, error) {
+	if err != nil || owner == "" {
+		return all, err
+	}
+	mine := []T{}
+	for _, it := range all {
+		if OwnedBy(key(it), owner) {
+			mine = append(mine, it)
+		}
+	}
+	return mine, nil
+}
+
 // WithShardTimeout replaces DefaultShardTimeout.
 func WithShardTimeout(d time.Duration) Option {
 	return func(o *options) { o.timeout = d }
@@ -321,16 +336,7 @@ func Get(ctx context.Context, shards []Shard, queue string, opts ...Option) (Rea
 	o := collect(opts)
 	res := call(ctx, shards, o, func(ctx context.Context, db DB) ([]Override, error) {
 		all, err := List(ctx, db, queue)
-		if err != nil || o.owner == "" {
-			return all, err
-		}
-		mine := []Override{}
-		for _, ov := range all {
-			if OwnedBy(ov.Key, o.owner) {
-				mine = append(mine, ov)
-			}
-		}
-		return mine, nil
+		return ownedOnly(all, err, o.owner, func(ov Override) string { return ov.Key })
 	})
 	out := ReadResult{Queue: queue, Overrides: []Override{}, WeightsUniform: true, UnavailableShards: []int{}}
 	// Every key any answering shard holds, with each shard's weight.

@@ -119,16 +119,7 @@ func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts 
 	o := collect(opts)
 	res := call(ctx, shards, o, func(ctx context.Context, db DB) ([]QuotaEntry, error) {
 		all, err := ListQuotas(ctx, db, queue, quotaKey)
-		if err != nil || o.owner == "" {
-			return all, err
-		}
-		mine := []QuotaEntry{}
-		for _, q := range all {
-			if OwnedBy(q.QuotaKey, o.owner) {
-				mine = append(mine, q)
-			}
-		}
-		return mine, nil
+		return ownedOnly(all, err, o.owner, func(q QuotaEntry) string { return q.QuotaKey })
 	})
 	out := QuotaReadResult{Queue: queue, Quotas: []QuotaEntry{}, QuotasUniform: true, UnavailableShards: []int{}}
 	per := map[string]map[int]QuotaEntry{}

@@ -42,6 +42,28 @@ func shippedNATS(t *testing.T) string {
 	return ns.ClientURL()
 }
 
+// shippedGateway runs a gateway on fresh shards behind the shipped NATS
+// configuration, connected as the service user, and returns the server's
+// URL, the service connection and the shard URLs.
+func shippedGateway(t *testing.T, shards int) (string, *nats.Conn, []string) {
+	t.Helper()
+	url := shippedNATS(t)
+	urls := make([]string, shards)
+	for i := range urls {
+		urls[i] = testsvc.NewDBURL(t)
+	}
+	svc, err := nats.Connect(url, nats.UserInfo("harvest", passwords["HARVEST_NATS_PASSWORD"]))
+	require.NoError(t, err)
+	t.Cleanup(svc.Close)
+	cfg := gateway.DefaultConfig(urls, url)
+	cfg.MaxRuns = 1_000_000
+	g, err := gateway.New(gateway.Options{Config: cfg, NATS: svc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	require.NoError(t, g.ServeNATS())
+	return url, svc, urls
+}
+
 // tenantConn connects as a tenant of the shipped config and collects the
 // server's asynchronous errors (permission violations).
 func tenantConn(t *testing.T, url, tenant string) (*nats.Conn, chan error) {
@@ -73,17 +95,7 @@ func violation(t *testing.T, errs chan error, what string) {
 // start requests or the handlers' tasks. A real run event of globex is
 // heard by globex and not by acme.
 func TestNATSTenantIsolation(t *testing.T) {
-	url := shippedNATS(t)
-	urls := []string{testsvc.NewDBURL(t), testsvc.NewDBURL(t)}
-	svc, err := nats.Connect(url, nats.UserInfo("harvest", passwords["HARVEST_NATS_PASSWORD"]))
-	require.NoError(t, err)
-	defer svc.Close()
-	cfg := gateway.DefaultConfig(urls, url)
-	cfg.MaxRuns = 1_000_000
-	g, err := gateway.New(gateway.Options{Config: cfg, NATS: svc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	defer g.Close()
-	require.NoError(t, g.ServeNATS())
+	url, svc, urls := shippedGateway(t, 2)
 
 	acme, acmeErrs := tenantConn(t, url, "acme")
 	globex, _ := tenantConn(t, url, "globex")
@@ -147,17 +159,7 @@ func TestNATSTenantIsolation(t *testing.T) {
 // names globex's inbox and run events and the workers' dispatch subject as
 // reply subjects, and nobody there hears a thing, nor is a run started.
 func TestNATSRepliesGoOnlyToTheCallersInbox(t *testing.T) {
-	url := shippedNATS(t)
-	urls := []string{testsvc.NewDBURL(t)}
-	svc, err := nats.Connect(url, nats.UserInfo("harvest", passwords["HARVEST_NATS_PASSWORD"]))
-	require.NoError(t, err)
-	defer svc.Close()
-	cfg := gateway.DefaultConfig(urls, url)
-	cfg.MaxRuns = 1_000_000
-	g, err := gateway.New(gateway.Options{Config: cfg, NATS: svc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	defer g.Close()
-	require.NoError(t, g.ServeNATS())
+	url, svc, urls := shippedGateway(t, 1)
 
 	acme, _ := tenantConn(t, url, "acme")
 	globex, _ := tenantConn(t, url, "globex")
@@ -167,7 +169,7 @@ func TestNATSRepliesGoOnlyToTheCallersInbox(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.NoError(t, globex.Flush())
-	_, err = svc.ChanSubscribe("harvest.dispatch.*.default", heard) // the start below is on queue q
+	_, err := svc.ChanSubscribe("harvest.dispatch.*.default", heard) // the start below is on queue q
 	require.NoError(t, err)
 	require.NoError(t, svc.Flush())
 
