@@ -1,8 +1,10 @@
 // Package worker is the Harvest worker runtime: it claims the tasks of one
 // shard and runs them with handlers registered per workflow name. The stock
 // binary (cmd/worker) is built on it, and a Go service can embed it to run
-// its own workflows in-process:
+// its own workflows in-process (after creating the shard's schema with
+// migrate.Up of package pkg/migrate):
 //
+//	err := migrate.Up(ctx, pool)
 //	w, err := worker.New(pool, cfg, worker.Options{NATS: nc})
 //	w.HandleFunc("resize", func(ctx context.Context, t worker.Task) (worker.Result, error) {
 //		out, err := resize(ctx, t.Input)
