@@ -25,7 +25,9 @@ func serveReal(t *testing.T) string {
 	cfg.MaxRuns = 1_000_000
 	cfg.ReadHeaderTimeout = 200 * time.Millisecond
 	cfg.ReadTimeout = 500 * time.Millisecond
-	cfg.WriteTimeout = 500 * time.Millisecond
+	// Long enough that a loaded machine still reads and writes a long
+	// poll's answer within it once the wait is over.
+	cfg.WriteTimeout = 2 * time.Second
 	cfg.IdleTimeout = 500 * time.Millisecond
 	require.NoError(t, cfg.Validate())
 	g, err := New(Options{Config: cfg, Tokens: auth.NewStore(testTokens(t)),
@@ -121,8 +123,8 @@ func TestSlowClientsLoseTheirConnection(t *testing.T) {
 		status, out := do("POST", "/v1/runs", `{"id":"poll","name":"echo","queue":"nobody-serves-it"}`)
 		require.Equal(t, 201, status, out)
 		// No worker serves the queue: the answer comes when the wait,
-		// four times the write timeout, is over.
-		status, out = do("GET", "/v1/runs/poll?wait=2s", "")
+		// three times the write timeout, is over.
+		status, out = do("GET", "/v1/runs/poll?wait=6s", "")
 		require.Equal(t, 200, status, out)
 		require.Contains(t, out, `"queued"`)
 	})
