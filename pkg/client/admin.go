@@ -8,8 +8,7 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/harvest-run/harvest/pkg/tenantcap"
-	"github.com/harvest-run/harvest/pkg/weights"
+	"github.com/harvest-run/harvest/pkg/api"
 )
 
 // The operator calls below go over HTTP only and need a token with the
@@ -22,52 +21,52 @@ import (
 // GetWeights reads the weight overrides of queue on every shard
 // (weights:read). A 503 result (no shard answered) is returned without
 // error; its Status() says so.
-func (c *Client) GetWeights(ctx context.Context, queue string) (weights.ReadResult, error) {
-	var out weights.ReadResult
+func (c *Client) GetWeights(ctx context.Context, queue string) (api.WeightReadResult, error) {
+	var out api.WeightReadResult
 	err := c.fanoutCall(ctx, http.MethodGet, queuePath(queue, "weights"), nil, nil, &out)
 	return out, err
 }
 
 // SetWeight sets the override of key in queue on every shard
 // (weights:write).
-func (c *Client) SetWeight(ctx context.Context, queue, key string, weight float64) (weights.WriteResult, error) {
-	var out weights.WriteResult
-	err := c.fanoutCall(ctx, http.MethodPut, queuePath(queue, "weights", key), nil, weights.WeightBody{Weight: &weight}, &out)
+func (c *Client) SetWeight(ctx context.Context, queue, key string, weight float64) (api.WeightWriteResult, error) {
+	var out api.WeightWriteResult
+	err := c.fanoutCall(ctx, http.MethodPut, queuePath(queue, "weights", key), nil, api.WeightBody{Weight: &weight}, &out)
 	return out, err
 }
 
 // ClearWeight removes the override of key in queue on every shard
 // (weights:write); the key weighs 1 again.
-func (c *Client) ClearWeight(ctx context.Context, queue, key string) (weights.WriteResult, error) {
-	var out weights.WriteResult
+func (c *Client) ClearWeight(ctx context.Context, queue, key string) (api.WeightWriteResult, error) {
+	var out api.WeightWriteResult
 	err := c.fanoutCall(ctx, http.MethodDelete, queuePath(queue, "weights", key), nil, nil, &out)
 	return out, err
 }
 
 // GetQuota reads the quota of quotaKey in queue on every shard, or every
 // quota of the queue when quotaKey is empty (weights:read).
-func (c *Client) GetQuota(ctx context.Context, queue, quotaKey string) (weights.QuotaReadResult, error) {
+func (c *Client) GetQuota(ctx context.Context, queue, quotaKey string) (api.QuotaReadResult, error) {
 	path := queuePath(queue, "quotas")
 	if quotaKey != "" {
 		path = queuePath(queue, "quotas", quotaKey)
 	}
-	var out weights.QuotaReadResult
+	var out api.QuotaReadResult
 	err := c.fanoutCall(ctx, http.MethodGet, path, nil, nil, &out)
 	return out, err
 }
 
 // SetQuota replaces the quota of quotaKey in queue on every shard
 // (weights:write): a limit left nil is removed.
-func (c *Client) SetQuota(ctx context.Context, queue, quotaKey string, q weights.Quota) (weights.QuotaWriteResult, error) {
-	var out weights.QuotaWriteResult
+func (c *Client) SetQuota(ctx context.Context, queue, quotaKey string, q api.Quota) (api.QuotaWriteResult, error) {
+	var out api.QuotaWriteResult
 	err := c.fanoutCall(ctx, http.MethodPut, queuePath(queue, "quotas", quotaKey), nil, q, &out)
 	return out, err
 }
 
 // ClearQuota removes the quota of quotaKey in queue on every shard
 // (weights:write).
-func (c *Client) ClearQuota(ctx context.Context, queue, quotaKey string) (weights.QuotaWriteResult, error) {
-	var out weights.QuotaWriteResult
+func (c *Client) ClearQuota(ctx context.Context, queue, quotaKey string) (api.QuotaWriteResult, error) {
+	var out api.QuotaWriteResult
 	err := c.fanoutCall(ctx, http.MethodDelete, queuePath(queue, "quotas", quotaKey), nil, nil, &out)
 	return out, err
 }
@@ -75,12 +74,12 @@ func (c *Client) ClearQuota(ctx context.Context, queue, quotaKey string) (weight
 // Keys lists, per shard, the keys of queue with their weight, pass, lag,
 // pending tasks and claims in the last minute (weights:read). limit <= 0
 // takes the server's default.
-func (c *Client) Keys(ctx context.Context, queue string, limit int) (weights.KeysResult, error) {
+func (c *Client) Keys(ctx context.Context, queue string, limit int) (api.KeysResult, error) {
 	q := url.Values{}
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var out weights.KeysResult
+	var out api.KeysResult
 	err := c.fanoutCall(ctx, http.MethodGet, queuePath(queue, "keys"), q, nil, &out)
 	return out, err
 }
@@ -88,7 +87,7 @@ func (c *Client) Keys(ctx context.Context, queue string, limit int) (weights.Key
 // AuditEntry is one row of GET /v1/audit with the shard it lives on.
 type AuditEntry struct {
 	Shard int `json:"shard"`
-	weights.AuditEntry
+	api.AuditEntry
 }
 
 // AuditPage is one page of GET /v1/audit, newest first across shards.
@@ -126,8 +125,8 @@ func (c *Client) Audit(ctx context.Context, o AuditOptions) (AuditPage, error) {
 
 // Admission reads the admission configuration and the running counts
 // (config:read).
-func (c *Client) Admission(ctx context.Context) (tenantcap.AdmissionView, error) {
-	var out tenantcap.AdmissionView
+func (c *Client) Admission(ctx context.Context) (api.AdmissionView, error) {
+	var out api.AdmissionView
 	_, err := c.httpCall(ctx, http.MethodGet, "/v1/admission", nil, nil, &out)
 	return out, err
 }
@@ -135,23 +134,23 @@ func (c *Client) Admission(ctx context.Context) (tenantcap.AdmissionView, error)
 // AdmissionChange is the body of PUT /v1/admission: nil fields are left
 // as they are.
 type AdmissionChange struct {
-	Algorithm *tenantcap.Algorithm `json:"algorithm,omitempty"`
-	TFM       *float64             `json:"tfm,omitempty"`
+	Algorithm *api.Algorithm `json:"algorithm,omitempty"`
+	TFM       *float64       `json:"tfm,omitempty"`
 }
 
 // SetAdmission changes the algorithm, the TFM or both (config:write) and
 // returns the view with the change in force. Every gateway applies it to
 // its next start.
-func (c *Client) SetAdmission(ctx context.Context, ch AdmissionChange) (tenantcap.AdmissionView, error) {
-	var out tenantcap.AdmissionView
+func (c *Client) SetAdmission(ctx context.Context, ch AdmissionChange) (api.AdmissionView, error) {
+	var out api.AdmissionView
 	_, err := c.httpCall(ctx, http.MethodPut, "/v1/admission", nil, ch, &out)
 	return out, err
 }
 
 // Usage reads the caller's tenant's unfinished runs and its limit now
 // (runs:read, a tenant's token).
-func (c *Client) Usage(ctx context.Context) (tenantcap.UsageView, error) {
-	var out tenantcap.UsageView
+func (c *Client) Usage(ctx context.Context) (api.UsageView, error) {
+	var out api.UsageView
 	_, err := c.httpCall(ctx, http.MethodGet, "/v1/usage", nil, nil, &out)
 	return out, err
 }

@@ -9,39 +9,23 @@ import (
 	"github.com/harvest-run/harvest/pkg/api"
 )
 
-// Algorithm names how the per-tenant limit is computed.
-type Algorithm string
+// Algorithm names how the per-tenant limit is computed (api.Algorithm).
+type Algorithm = api.Algorithm
 
 // The algorithms an administrator can choose from.
 const (
 	// NoLimit applies the system limit only.
-	NoLimit Algorithm = "no_limit"
+	NoLimit = api.AlgorithmNoLimit
 	// Static gives every registered tenant the same fixed share:
 	// floor(max_runs × TFM / tenants).
-	Static Algorithm = "static"
+	Static = api.AlgorithmStatic
 	// Dynamic lets a tenant hold fewer than TFM × (max_runs − total) runs,
 	// so the share shrinks as the system fills up.
-	Dynamic Algorithm = "dynamic"
+	Dynamic = api.AlgorithmDynamic
 )
 
 // Algorithms lists the algorithms in the order a user interface shows them.
 func Algorithms() []Algorithm { return []Algorithm{NoLimit, Static, Dynamic} }
-
-// Valid reports whether a is one of the known algorithms.
-func (a Algorithm) Valid() bool { return a == NoLimit || a == Static || a == Dynamic }
-
-// Label is the algorithm's name for people ("No-Limit", "Static", "Dynamic").
-func (a Algorithm) Label() string {
-	switch a {
-	case NoLimit:
-		return "No-Limit"
-	case Static:
-		return "Static"
-	case Dynamic:
-		return "Dynamic"
-	}
-	return string(a)
-}
 
 // ParseAlgorithm reads an algorithm's API name; the error lists the known names.
 func ParseAlgorithm(s string) (Algorithm, error) {

@@ -7,30 +7,15 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/harvest-run/harvest/pkg/api"
 )
 
-// AdmissionView is the body of GET /v1/admission.
-type AdmissionView struct {
-	Algorithm Algorithm `json:"algorithm"`
-	TFM       float64   `json:"tfm"`
-	MaxRuns   int       `json:"max_runs"`
-	// MaxRunsReadOnly is always true: no API changes max_runs.
-	MaxRunsReadOnly bool `json:"max_runs_read_only"`
-	// Tenants is the number of registered tenants.
-	Tenants      int `json:"tenants"`
-	RunningTotal int `json:"running_total"`
-	// Running maps every registered tenant (0 when idle) and every tenant
-	// with unfinished runs to its unfinished runs.
-	Running map[string]int `json:"running"`
-	// Limit is the per-tenant limit right now; null under no_limit.
-	Limit *int `json:"limit"`
-	// UnavailableShards lists the shards whose counts could not be read;
-	// the figures above leave them out.
-	UnavailableShards []int `json:"unavailable_shards,omitempty"`
-	// UpdatedAt and UpdatedBy say who last changed the configuration.
-	UpdatedAt string `json:"updated_at,omitempty"`
-	UpdatedBy string `json:"updated_by,omitempty"`
-}
+// AdmissionView is the body of GET and PUT /v1/admission (api.AdmissionView).
+type AdmissionView = api.AdmissionView
+
+// UsageView is the body of GET /v1/usage (api.UsageView).
+type UsageView = api.UsageView
 
 // BuildAdmissionView reads every shard's per-tenant counts (fresh, not
 // from the cache) and assembles the GET /v1/admission body for cur. It
@@ -87,18 +72,6 @@ func runningByTenant(ctx context.Context, db DB) (map[string]int, error) {
 		return nil
 	})
 	return out, err
-}
-
-// UsageView is the body of GET /v1/usage: the caller's own figures.
-type UsageView struct {
-	Tenant    string    `json:"tenant"`
-	Algorithm Algorithm `json:"algorithm"`
-	// Running is the tenant's unfinished runs (exact).
-	Running int `json:"running"`
-	// Limit is the tenant's limit right now; null under no_limit, where
-	// only max_runs applies.
-	Limit   *int `json:"limit"`
-	MaxRuns int  `json:"max_runs"`
 }
 
 // Usage builds the GET /v1/usage body of tenant: its exact count read from

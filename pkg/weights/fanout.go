@@ -105,15 +105,6 @@ type called[T any] struct {
 	err   error
 }
 
-// ShardOutcome is one shard's part of a write.
-type ShardOutcome struct {
-	Shard int `json:"shard"`
-	// Outcome is OutcomeOK, OutcomeUnavailable, OutcomeCapReached or
-	// OutcomeError.
-	Outcome string `json:"outcome"`
-	Message string `json:"message"`
-}
-
 func outcomeOf(shard int, err error) ShardOutcome {
 	so := ShardOutcome{Shard: shard, Outcome: OutcomeOK}
 	switch {
@@ -126,31 +117,6 @@ func outcomeOf(shard int, err error) ShardOutcome {
 		so.Outcome, so.Message = OutcomeError, err.Error()
 	}
 	return so
-}
-
-// writeStatus is the HTTP status of a write from its shard outcomes: 409
-// when any shard refused at the cap, else 200 when every shard took it,
-// 207 when some did, 503 when none did.
-func writeStatus(shards []ShardOutcome) int {
-	ok, capped := 0, 0
-	for _, s := range shards {
-		switch s.Outcome {
-		case OutcomeOK:
-			ok++
-		case OutcomeCapReached:
-			capped++
-		}
-	}
-	switch {
-	case capped > 0:
-		return http.StatusConflict
-	case ok == len(shards) && ok > 0:
-		return http.StatusOK
-	case ok > 0:
-		return http.StatusMultiStatus
-	default:
-		return http.StatusServiceUnavailable
-	}
 }
 
 func shardList(shards []ShardOutcome, outcome ...string) string {
@@ -173,7 +139,7 @@ func writeMessage(what string, shards []ShardOutcome) string {
 			ok++
 		}
 	}
-	switch writeStatus(shards) {
+	switch (WriteResult{Shards: shards}).Status() {
 	case http.StatusOK:
 		return fmt.Sprintf("%s on all %d shards", what, len(shards))
 	case http.StatusConflict:
@@ -193,25 +159,6 @@ func writeMessage(what string, shards []ShardOutcome) string {
 		return "no shard took the write, nothing changed: send the same request again when the shards are back"
 	}
 }
-
-// WriteResult is the answer to PUT and DELETE
-// /v1/queues/{queue}/weights/{key}; Status gives its HTTP status.
-type WriteResult struct {
-	Queue string `json:"queue"`
-	Key   string `json:"key"`
-	// Weight is the weight written; null for a clear (the key weighs 1).
-	Weight  *float64       `json:"weight"`
-	Shards  []ShardOutcome `json:"shards"`
-	Message string         `json:"message"`
-	// PublishErr is why the change event was not sent, for the log; the
-	// write itself stands.
-	PublishErr error `json:"-"`
-}
-
-// Status is 200 (every shard took it), 207 (some did: send it again), 409
-// (some shard refused at the cap, whatever the others did) or 503 (none
-// did).
-func (r WriteResult) Status() int { return writeStatus(r.Shards) }
 
 // Set writes the override of (queue, key) on every shard. The error is
 // non-nil only for invalid arguments (an *api.Error, status 400), in which
@@ -280,49 +227,6 @@ func (o options) publish(ctx context.Context, shards []ShardOutcome, queue, key,
 		}
 	}
 	return nil
-}
-
-// KeyWeight is one key's weight on one shard; a nil Weight means the
-// shard holds no override for the key (it weighs 1 there).
-type KeyWeight struct {
-	Key    string   `json:"key"`
-	Weight *float64 `json:"weight"`
-}
-
-// ShardWeights is one shard's detail in a weights read that is not
-// uniform or not complete.
-type ShardWeights struct {
-	Shard int `json:"shard"`
-	// Outcome is OutcomeOK, OutcomeUnavailable or OutcomeError.
-	Outcome string `json:"outcome"`
-	Message string `json:"message,omitempty"`
-	// Overrides is how many overrides the shard holds for the queue.
-	Overrides int `json:"overrides"`
-	// Differing lists the keys on which the answering shards disagree,
-	// with this shard's weight for each.
-	Differing []KeyWeight `json:"differing"`
-}
-
-// ReadResult is the answer to GET /v1/queues/{queue}/weights.
-type ReadResult struct {
-	Queue string `json:"queue"`
-	// Overrides are the overrides on which every answering shard agrees.
-	Overrides []Override `json:"overrides"`
-	// WeightsUniform is false when the answering shards disagree; Shards
-	// then shows what each holds for the keys in dispute.
-	WeightsUniform    bool  `json:"weights_uniform"`
-	UnavailableShards []int `json:"unavailable_shards"`
-	// Shards is present when the shards disagree or some did not answer.
-	Shards  []ShardWeights `json:"shards,omitempty"`
-	Message string         `json:"message,omitempty"`
-}
-
-// Status is 200 when at least one shard answered, else 503.
-func (r ReadResult) Status() int {
-	if len(r.UnavailableShards) == len(r.Shards) && len(r.Shards) > 0 {
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusOK
 }
 
 // Get reads the overrides of queue from every shard and compares them.

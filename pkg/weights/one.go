@@ -43,15 +43,6 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Outcomes of a write on one shard, as they appear in the shards list of
-// a write's answer.
-const (
-	OutcomeOK          = "ok"
-	OutcomeUnavailable = "unavailable"
-	OutcomeCapReached  = "cap_reached"
-	OutcomeError       = "error"
-)
-
 // Audit actions and outcomes written by this package.
 const (
 	ActionWeightSet    = "weight.set"
@@ -71,16 +62,6 @@ type Change struct {
 	// Overrides is how many overrides the queue holds on the shard after
 	// the write.
 	Overrides int
-}
-
-// Override is one weight override.
-type Override struct {
-	Key    string  `json:"key"`
-	Weight float64 `json:"weight"`
-	// UpdatedAt and UpdatedBy say who wrote the override last (not part of
-	// the weights resource; shown by the CLI).
-	UpdatedAt time.Time `json:"-"`
-	UpdatedBy string    `json:"-"`
 }
 
 // SetOne sets the override of (queue, key) to weight on the shard of db
@@ -163,14 +144,6 @@ func List(ctx context.Context, db DB, queue string) ([]Override, error) {
 type QuotaChange struct {
 	Outcome string // OutcomeOK
 	Old     *Quota // the quota before the write (nil: there was none)
-}
-
-// QuotaEntry is the quota of one quota key.
-type QuotaEntry struct {
-	QuotaKey string `json:"quota_key"`
-	Quota
-	UpdatedAt time.Time `json:"-"`
-	UpdatedBy string    `json:"-"`
 }
 
 // SetQuotaOne replaces the quota of (queue, quotaKey) on the shard of db
@@ -260,40 +233,6 @@ func ListQuotas(ctx context.Context, db DB, queue, quotaKey string) ([]QuotaEntr
 	return out, nil
 }
 
-// KeyView is one key of a queue on one shard, as GET /v1/queues/{q}/keys
-// shows it.
-type KeyView struct {
-	Key string `json:"key"`
-	// Weight is the weight the key's next charge uses; Overridden says
-	// whether an override sets it.
-	Weight     float64 `json:"weight"`
-	Overridden bool    `json:"overridden"`
-	// Pass is the key's virtual finish time (null before its first fair
-	// claim, or after its state was pruned).
-	Pass *float64 `json:"pass"`
-	// Lag is how far the key's next start is ahead of the queue clock:
-	// max(pass, V) - V. The fair claim serves the smallest lag first; 0
-	// means the key is not in debt.
-	Lag float64 `json:"lag"`
-	// Pending counts the key's due pending tasks.
-	Pending int `json:"pending"`
-	// ClaimsLastMinute counts the key's tasks claimed in the last minute
-	// (by their latest claim; fair and ordinary claims alike).
-	ClaimsLastMinute int `json:"claims_last_minute"`
-	// ChargedAt is the time of the key's last fair charge.
-	ChargedAt *api.Time `json:"charged_at"`
-}
-
-// ShardKeyList is the per-key view of a queue on one shard.
-type ShardKeyList struct {
-	// Clock is the queue clock V: the largest last_start of the queue.
-	Clock float64   `json:"clock"`
-	Keys  []KeyView `json:"keys"`
-	// Truncated: the queue has more keys than the limit; the first ones in
-	// byte order are listed.
-	Truncated bool `json:"truncated"`
-}
-
 // DefaultKeyLimit and MaxKeyLimit bound the keys listed per shard.
 const (
 	DefaultKeyLimit = 1000
@@ -367,34 +306,6 @@ func deref(p *float64) float64 {
 		return 0
 	}
 	return *p
-}
-
-// AuditEntry is one audit row.
-type AuditEntry struct {
-	ID     int64    `json:"id"`
-	At     api.Time `json:"at"`
-	Actor  string   `json:"actor"`
-	Action string   `json:"action"`
-	Queue  *string  `json:"queue"`
-	Key    *string  `json:"key"`
-	// OldValue and NewValue are the setting before and after (null: none),
-	// e.g. {"weight": 2} or {"max_concurrent": 5, "rate": null, "burst": null}.
-	OldValue json.RawMessage `json:"old_value"`
-	NewValue json.RawMessage `json:"new_value"`
-	// Outcome is "ok" or "refused"; Message says why a change was refused,
-	// or notes a change that changed nothing.
-	Outcome string `json:"outcome"`
-	Message string `json:"message"`
-	// Repeats counts the further refused attempts of the same actor and
-	// action folded into this row (see AuditRefused).
-	Repeats int `json:"repeats"`
-}
-
-// AuditPage is one page of GET /v1/audit.
-type AuditPage struct {
-	Entries []AuditEntry `json:"entries"`
-	// NextCursor fetches the next (older) page; empty on the last page.
-	NextCursor string `json:"next_cursor"`
 }
 
 // Audit page sizes.

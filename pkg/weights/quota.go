@@ -3,25 +3,8 @@ package weights
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sort"
 )
-
-// QuotaWriteResult is the answer to PUT and DELETE
-// /v1/queues/{queue}/quotas/{quota_key}; Status gives its HTTP status
-// (200, 207 or 503, as for weights; quotas have no cap).
-type QuotaWriteResult struct {
-	Queue    string `json:"queue"`
-	QuotaKey string `json:"quota_key"`
-	// The settings written (all null for a clear).
-	Quota
-	Shards     []ShardOutcome `json:"shards"`
-	Message    string         `json:"message"`
-	PublishErr error          `json:"-"`
-}
-
-// Status is 200, 207 or 503 by the rules of WriteResult.Status.
-func (r QuotaWriteResult) Status() int { return writeStatus(r.Shards) }
 
 // SetQuota replaces the quota of (queue, quotaKey) on every shard. The
 // error is non-nil only for invalid arguments (an *api.Error naming the
@@ -68,38 +51,6 @@ func ClearQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey stri
 	out.Message = writeMessage("cleared", out.Shards)
 	out.PublishErr = o.publish(ctx, out.Shards, queue, quotaKey, "quota")
 	return out, nil
-}
-
-// ShardQuotas is one shard's detail in a quota read that is not uniform
-// or not complete.
-type ShardQuotas struct {
-	Shard   int          `json:"shard"`
-	Outcome string       `json:"outcome"`
-	Message string       `json:"message,omitempty"`
-	Quotas  []QuotaEntry `json:"quotas"`
-}
-
-// QuotaReadResult is the answer to GET /v1/queues/{queue}/quotas/{key}
-// (one quota key) and of the CLI's listing of a queue's quotas.
-type QuotaReadResult struct {
-	Queue string `json:"queue"`
-	// Quotas are the quotas on which every answering shard agrees; a quota
-	// key without an entry has no limits.
-	Quotas            []QuotaEntry `json:"quotas"`
-	QuotasUniform     bool         `json:"quotas_uniform"`
-	UnavailableShards []int        `json:"unavailable_shards"`
-	// Shards is present when the shards disagree or some did not answer;
-	// each lists the quotas in dispute as that shard holds them.
-	Shards  []ShardQuotas `json:"shards,omitempty"`
-	Message string        `json:"message,omitempty"`
-}
-
-// Status is 200 when at least one shard answered, else 503.
-func (r QuotaReadResult) Status() int {
-	if len(r.UnavailableShards) == len(r.Shards) && len(r.Shards) > 0 {
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusOK
 }
 
 // GetQuota reads the quotas of queue (of quotaKey alone when it is not
@@ -154,7 +105,7 @@ func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts 
 			if j == 0 {
 				first = e
 			}
-			if !ok || !e.Quota.equal(first.Quota) {
+			if !ok || !quotaEqual(e.Quota, first.Quota) {
 				agree = false
 			}
 		}
@@ -183,29 +134,6 @@ func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts 
 		out.Message = fmt.Sprintf("shard %s did not answer; the other shards agree", joinInts(out.UnavailableShards))
 	}
 	return out, nil
-}
-
-// ShardKeys is one shard's part of the per-key view.
-type ShardKeys struct {
-	Shard   int    `json:"shard"`
-	Outcome string `json:"outcome"`
-	Message string `json:"message,omitempty"`
-	ShardKeyList
-}
-
-// KeysResult is the answer to GET /v1/queues/{queue}/keys.
-type KeysResult struct {
-	Queue             string      `json:"queue"`
-	Shards            []ShardKeys `json:"shards"`
-	UnavailableShards []int       `json:"unavailable_shards"`
-}
-
-// Status is 200 when at least one shard answered, else 503.
-func (r KeysResult) Status() int {
-	if len(r.UnavailableShards) == len(r.Shards) {
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusOK
 }
 
 // Keys lists, per shard, the keys of queue with their weight, pass, lag,

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math"
 	"strings"
 	"unicode/utf8"
 
@@ -12,16 +11,8 @@ import (
 	"github.com/harvest-run/harvest/pkg/fairkeys"
 )
 
-// Limits of quota settings. They keep the numbers inside what the schema
-// stores (max_concurrent is a 32-bit integer) and away from values that
-// only a typo would produce.
-const (
-	MaxConcurrentLimit = 1_000_000
-	MaxRate            = 1_000_000.0
-	MaxBurst           = 1_000_000.0
-	// MaxActorBytes caps the actor recorded in audit rows.
-	MaxActorBytes = 256
-)
+// MaxActorBytes caps the actor recorded in audit rows.
+const MaxActorBytes = 256
 
 // MaxOverrides is the cap on overrides per queue on each shard. The schema
 // holds the same number in the check of weight_override_counts.
@@ -73,52 +64,6 @@ func validateActor(actor string) error {
 		return api.Invalid("actor", "actor must be valid UTF-8")
 	}
 	return nil
-}
-
-// Quota is the post-claim rechecks of one (queue, quota key): a concurrency
-// cap (tasks of the quota key running at once) and a token-bucket rate
-// limit (rate claims per second, bursts of up to burst claims). A nil field
-// means no such limit. A write replaces all three fields at once.
-type Quota struct {
-	MaxConcurrent *int     `json:"max_concurrent"`
-	Rate          *float64 `json:"rate"`
-	Burst         *float64 `json:"burst"`
-}
-
-// Validate checks the settings; the error names the field at fault.
-func (q Quota) Validate() error {
-	if q.MaxConcurrent == nil && q.Rate == nil && q.Burst == nil {
-		return api.Invalid("max_concurrent", "set max_concurrent, or rate and burst, or both; to remove a quota, clear it")
-	}
-	if q.MaxConcurrent != nil && (*q.MaxConcurrent < 1 || *q.MaxConcurrent > MaxConcurrentLimit) {
-		return api.Invalid("max_concurrent", "max_concurrent must be from 1 to %d", MaxConcurrentLimit)
-	}
-	if (q.Rate == nil) != (q.Burst == nil) {
-		if q.Rate == nil {
-			return api.Invalid("rate", "rate is required with burst")
-		}
-		return api.Invalid("burst", "burst is required with rate")
-	}
-	if q.Rate != nil {
-		if r := *q.Rate; math.IsNaN(r) || math.IsInf(r, 0) || r <= 0 || r > MaxRate {
-			return api.Invalid("rate", "rate must be a finite number of claims per second above 0 and at most %g", MaxRate)
-		}
-		if b := *q.Burst; math.IsNaN(b) || math.IsInf(b, 0) || b < 1 || b > MaxBurst {
-			return api.Invalid("burst", "burst must be a finite number from 1 to %g", MaxBurst)
-		}
-	}
-	return nil
-}
-
-func (q Quota) equal(o Quota) bool {
-	eqI := func(a, b *int) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
-	eqF := func(a, b *float64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
-	return eqI(q.MaxConcurrent, o.MaxConcurrent) && eqF(q.Rate, o.Rate) && eqF(q.Burst, o.Burst)
-}
-
-// WeightBody is the body of PUT /v1/queues/{queue}/weights/{key}.
-type WeightBody struct {
-	Weight *float64 `json:"weight"`
 }
 
 // DecodeWeightBody reads a WeightBody and returns its weight, or an
