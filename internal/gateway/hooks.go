@@ -3,8 +3,8 @@ package gateway
 import (
 	"context"
 
-	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // Transports a start can arrive on.
@@ -45,9 +45,9 @@ func (f AuthorizerFunc) AuthorizeStart(ctx context.Context, s StartAuthorization
 }
 
 // Admitter decides, from the counts a new run is written with, whether it
-// may stay (admission): see runstore.Admitter, and runstore.Guarder for
+// may stay (admission): see tenantcap.Hook, and tenantcap.Guarder for
 // admitting whole groups in advance. Without one every start is admitted.
-type Admitter = runstore.Admitter
+type Admitter = tenantcap.Hook
 
 // Admission is what an Admitter sees of a new run.
-type Admission = runstore.Admission
+type Admission = tenantcap.Admission

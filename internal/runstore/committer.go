@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 	"io"
 	"net"
 	"slices"
@@ -45,71 +46,20 @@ const maxTxAttempts = 4
 // ErrClosed means the committer was closed before the start was handed in.
 var ErrClosed = errors.New("runstore: committer closed")
 
-// Admission is what an Admitter sees of one new run.
-type Admission struct {
-	Shard  int
-	Tenant string
-	// Running is the tenant's count of unfinished runs on this shard,
-	// including this run. Its row is locked by the transaction until it
-	// commits, so concurrent starts of the tenant on any gateway queue
-	// behind it and the count is exact.
-	Running int
-	// ShardRunning is the shard's count of unfinished runs over all
-	// tenants, including this run, as the start's statement read it.
-	ShardRunning int
-	// Req is the validated start request.
-	Req *api.StartRequest
-}
-
-// Admitter decides whether a new run may stay. It is asked inside the
-// start's transaction, after the run, its task and its count were written,
-// and only about new runs (a replay is never refused). It decides from the
-// Admission alone: the committer asks it between two round trips while the
-// group holds its locks, so it must be quick and must not touch the
-// database. Returning an error rolls this start back alone; an *api.Error
-// (such as over_limit 429) reaches the caller as it is, any other error
-// fails the whole group.
-type Admitter interface {
-	Admit(ctx context.Context, a Admission) error
-}
-
-// Guard bounds the counts up to which an Admitter admits every new run of
-// a group without being asked about each one. A group written under a
-// guard commits in the same round trip as it is written, provided that
-// afterwards the shard holds at most Shard unfinished runs and each tenant
-// listed in Tenant at most its figure (a tenant not listed is not bounded);
-// otherwise it is written again and each new run is asked about. A
-// negative Shard checks nothing (the committer's own guard when it has no
-// Admitter).
-type Guard struct {
-	Shard  int
-	Tenant map[string]int
-}
-
-// GuardRequest describes a group about to be written.
-type GuardRequest struct {
-	Shard int
-	// Tenants are the group's tenants; Starts is the most new runs it adds.
-	Tenants []string
-	Starts  int
-	// ShardRunning is the shard's count of unfinished runs after the
-	// committer's last group (-1 before its first): a recent lower bound
-	// of what the group will find, as other gateways write too.
-	ShardRunning int
-}
-
-// Guarder is an Admitter that can promise a Guard for a group before it is
-// written: every start the Guard lets through must be one Admit would have
-// admitted, with the counts it would have been asked with.
-type Guarder interface {
-	Admitter
-	// Guard returns the guard for a group, or false to have every new run
-	// asked about.
-	Guard(GuardRequest) (Guard, bool)
-	// Admitted reports the new runs a guarded group committed: they were
-	// admitted without a call to Admit.
-	Admitted(n int)
-}
+// The admission hook of the start path is pkg/tenantcap's (one home for
+// admission); these names keep it at hand here.
+type (
+	// Admission is what an Admitter sees of one new run.
+	Admission = tenantcap.Admission
+	// Admitter decides whether a new run may stay.
+	Admitter = tenantcap.Hook
+	// Guard bounds the counts up to which a group is admitted unasked.
+	Guard = tenantcap.Guard
+	// GuardRequest describes a group about to be written.
+	GuardRequest = tenantcap.GuardRequest
+	// Guarder is an Admitter that can promise a Guard for a group.
+	Guarder = tenantcap.Guarder
+)
 
 // Committed is one start of a committed group, as AfterCommit sees it.
 type Committed struct {

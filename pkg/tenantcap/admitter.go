@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/shards"
 )
 
@@ -77,7 +76,7 @@ func (a *Admitter) Totals() *Totals { return a.totals }
 // Home is the tenant's home shard.
 func (a *Admitter) Home(tenant string) int { return shards.Home(tenant, a.totals.Shards()) }
 
-// Admit implements runstore.Admitter, the gateway's admission hook. The
+// Admit implements Hook, the gateway's admission hook. The
 // committer asks it inside the start's transaction on the tenant's home
 // shard, after the run, its task and the tenant's count were written
 // (in.Running and in.ShardRunning include the new run) and only for new
@@ -89,7 +88,7 @@ func (a *Admitter) Home(tenant string) int { return shards.Home(tenant, a.totals
 //
 // It returns nil to keep the run, or an *api.Error 429 (over_limit, with
 // retry_after_ms) to have the committer roll this start back alone.
-func (a *Admitter) Admit(_ context.Context, in runstore.Admission) error {
+func (a *Admitter) Admit(_ context.Context, in Admission) error {
 	d, err := a.Check(in)
 	if err != nil {
 		return err
@@ -103,7 +102,7 @@ func (a *Admitter) Admit(_ context.Context, in runstore.Admission) error {
 // Check is Admit returning the whole decision (for metrics and logs)
 // instead of the error a refusal becomes. It fails only when in.Shard is
 // not a shard of the totals.
-func (a *Admitter) Check(in runstore.Admission) (Decision, error) {
+func (a *Admitter) Check(in Admission) (Decision, error) {
 	if in.Shard < 0 || in.Shard >= a.totals.Shards() {
 		return Decision{}, fmt.Errorf("tenantcap: shard %d out of range (%d shards)", in.Shard, a.totals.Shards())
 	}
@@ -111,7 +110,7 @@ func (a *Admitter) Check(in runstore.Admission) (Decision, error) {
 	return a.decide(in.Shard, in.Tenant, in.Running-1, in.ShardRunning-1), nil
 }
 
-// Guard implements runstore.Guarder: it bounds the counts up to which
+// Guard implements Guarder: it bounds the counts up to which
 // every new run of a group is sure to be admitted, so the committer can
 // commit the group in the round trip that writes it. The bounds follow
 // from Decide being monotone: a start is admitted when the total before it
@@ -120,9 +119,9 @@ func (a *Admitter) Check(in runstore.Admission) (Decision, error) {
 // again and each of its new runs judged by Admit, so the guard only has
 // to be safe, never exact. It gives no guard (false) when it would let
 // nothing through.
-func (a *Admitter) Guard(r runstore.GuardRequest) (runstore.Guard, bool) {
+func (a *Admitter) Guard(r GuardRequest) (Guard, bool) {
 	if r.Shard < 0 || r.Shard >= a.totals.Shards() {
-		return runstore.Guard{}, false
+		return Guard{}, false
 	}
 	others, _ := a.totals.Others(r.Shard)
 	local := max(r.ShardRunning, a.totals.Snapshot()[r.Shard].Running)
@@ -131,7 +130,7 @@ func (a *Admitter) Guard(r runstore.GuardRequest) (runstore.Guard, bool) {
 
 // guard computes Guard for a group of at most starts new runs of tenants
 // on a shard whose count is about local, the other shards holding others.
-func guard(cfg Config, maxRuns, tenants, others, local int, groupTenants []string, starts int) (runstore.Guard, bool) {
+func guard(cfg Config, maxRuns, tenants, others, local int, groupTenants []string, starts int) (Guard, bool) {
 	// With this many runs on the shard after the group, the total before
 	// each of its starts is under max_runs.
 	shardCap := maxRuns - others
@@ -142,13 +141,13 @@ func guard(cfg Config, maxRuns, tenants, others, local int, groupTenants []strin
 		shardCap = min(shardCap, local+2*starts+guardMargin)
 	}
 	if shardCap <= 0 {
-		return runstore.Guard{}, false
+		return Guard{}, false
 	}
-	g := runstore.Guard{Shard: shardCap}
+	g := Guard{Shard: shardCap}
 	limit, limited := Limit(cfg, maxRuns, tenants, shardCap-1+others)
 	if limited {
 		if limit <= 0 {
-			return runstore.Guard{}, false
+			return Guard{}, false
 		}
 		g.Tenant = make(map[string]int, len(groupTenants))
 		for _, t := range groupTenants {
@@ -162,7 +161,7 @@ func guard(cfg Config, maxRuns, tenants, others, local int, groupTenants []strin
 // gateways start on the shard while a group is on its way.
 const guardMargin = 16
 
-// Admitted implements runstore.Guarder; the Admitter keeps no count.
+// Admitted implements Guarder; the Admitter keeps no count.
 func (a *Admitter) Admitted(int) {}
 
 // AdmitBefore is the admission check for a start path that asks before it
@@ -224,4 +223,4 @@ func (a *Admitter) decide(shard int, tenant string, own, local int) Decision {
 	return d
 }
 
-var _ runstore.Guarder = (*Admitter)(nil)
+var _ Guarder = (*Admitter)(nil)

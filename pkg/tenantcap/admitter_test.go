@@ -1,4 +1,4 @@
-package tenantcap
+package tenantcap_test
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // gateway is what a test needs of one gateway: its pools (one per shard)
@@ -24,16 +25,22 @@ import (
 type gateway struct {
 	pools      []*pgxpool.Pool
 	committers []*runstore.Committer
-	adm        *Admitter
+	adm        *tenantcap.Admitter
 	// before selects the ask-then-write path (AdmitBefore, then
 	// runstore.StartTx) instead of the gateway's committer with its hook.
 	before bool
 }
 
-func newGateway(t *testing.T, urls []string, maxRuns int, cfg Config, tenants []string) *gateway {
+func newGateway(t *testing.T, urls []string, maxRuns int, cfg tenantcap.Config, tenants []string) *gateway {
+	return newGatewayEvery(t, urls, maxRuns, cfg, tenants, time.Hour) // refreshed by hand unless a test runs it
+}
+
+// newGatewayEvery is newGateway with totals refreshed every refresh (when
+// a test runs their loop).
+func newGatewayEvery(t *testing.T, urls []string, maxRuns int, cfg tenantcap.Config, tenants []string, refresh time.Duration) *gateway {
 	t.Helper()
 	g := &gateway{}
-	var dbs []DB
+	var dbs []tenantcap.DB
 	for _, u := range urls {
 		pool, err := pgxpool.New(context.Background(), u)
 		require.NoError(t, err)
@@ -41,11 +48,11 @@ func newGateway(t *testing.T, urls []string, maxRuns int, cfg Config, tenants []
 		g.pools = append(g.pools, pool)
 		dbs = append(dbs, pool)
 	}
-	adm, err := NewAdmitter(AdmitterOptions{
+	adm, err := tenantcap.NewAdmitter(tenantcap.AdmitterOptions{
 		MaxRuns: maxRuns,
-		Config:  func() Config { return cfg },
+		Config:  func() tenantcap.Config { return cfg },
 		Tenants: func() []string { return tenants },
-		Totals:  NewTotals(dbs, time.Hour), // refreshed by hand unless a test runs it
+		Totals:  tenantcap.NewTotals(dbs, refresh),
 	})
 	require.NoError(t, err)
 	g.adm = adm
@@ -91,14 +98,14 @@ func isOverLimit(err error) bool {
 	return errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests && ae.RetryAfterMS > 0
 }
 
-func count(t *testing.T, db DB, q string, args ...any) int {
+func count(t *testing.T, db tenantcap.DB, q string, args ...any) int {
 	t.Helper()
 	var n int
 	require.NoError(t, db.QueryRow(context.Background(), q, args...).Scan(&n))
 	return n
 }
 
-func setRunning(t *testing.T, db DB, counts map[string]int) {
+func setRunning(t *testing.T, db tenantcap.DB, counts map[string]int) {
 	t.Helper()
 	for tenant, n := range counts {
 		_, err := db.Exec(context.Background(),
@@ -117,7 +124,7 @@ func TestSpecExamplesAgainstPostgres(t *testing.T) {
 	url := testsvc.NewDBURL(t)
 
 	t.Run("static", func(t *testing.T) {
-		g := newGateway(t, []string{url}, 128, Config{Algorithm: Static, TFM: 1}, eightTenants)
+		g := newGateway(t, []string{url}, 128, tenantcap.Config{Algorithm: tenantcap.Static, TFM: 1}, eightTenants)
 		for i := range 16 {
 			require.NoError(t, g.start(ctx, "t1", fmt.Sprintf("s%d", i)))
 		}
@@ -132,7 +139,7 @@ func TestSpecExamplesAgainstPostgres(t *testing.T) {
 		db := testsvc.NewDB(t)
 		// a light tenant with 1 run, a heavy one with 29, the rest elsewhere
 		setRunning(t, db, map[string]int{"light": 1, "heavy": 29, "others": total - 30})
-		g := newGateway(t, []string{db.Config().ConnString()}, 128, Config{Algorithm: Dynamic, TFM: 3}, eightTenants)
+		g := newGateway(t, []string{db.Config().ConnString()}, 128, tenantcap.Config{Algorithm: tenantcap.Dynamic, TFM: 3}, eightTenants)
 		// heavy first: a refusal leaves the counts as they were, so both
 		// starts are judged at the example's total
 		errHeavy := g.start(ctx, "heavy", "x")
@@ -169,7 +176,7 @@ func TestExactPerTenantRace(t *testing.T) {
 func exactRace(t *testing.T, before bool) {
 	ctx := context.Background()
 	url := testsvc.NewDBURL(t)
-	cfg := Config{Algorithm: Static, TFM: 1}
+	cfg := tenantcap.Config{Algorithm: tenantcap.Static, TFM: 1}
 	gws := []*gateway{
 		newGateway(t, []string{url}, 128, cfg, eightTenants),
 		newGateway(t, []string{url}, 128, cfg, eightTenants),
@@ -211,7 +218,7 @@ func exactRace(t *testing.T, before bool) {
 	require.Equal(t, limit, count(t, db, `SELECT count(*) FROM runs WHERE tenant = 't1'`))
 	require.Equal(t, limit, count(t, db, `SELECT count(*) FROM tasks x JOIN runs r ON r.pk = x.run_pk WHERE r.tenant = 't1'`))
 	require.Equal(t, limit, count(t, db, `SELECT running FROM tenant_running WHERE tenant = 't1'`))
-	fixes, err := Recount(ctx, db)
+	fixes, err := tenantcap.Recount(ctx, db)
 	require.NoError(t, err)
 	require.Empty(t, fixes, "the count matches the runs")
 }
@@ -238,7 +245,7 @@ func TestSystemLimitOvershootBound(t *testing.T) {
 	ctx := context.Background()
 	urls := []string{testsvc.NewDBURL(t), testsvc.NewDBURL(t)}
 	const maxRuns = 10
-	cfg := Config{Algorithm: NoLimit, TFM: 1}
+	cfg := tenantcap.Config{Algorithm: tenantcap.NoLimit, TFM: 1}
 	a, b := homeTenants(t)
 	gw1 := newGateway(t, urls, maxRuns, cfg, []string{a, b}) // starts tenant a, home shard 0
 	gw2 := newGateway(t, urls, maxRuns, cfg, []string{a, b}) // starts tenant b, home shard 1
@@ -296,9 +303,8 @@ func TestRefreshLoopPicksUpOtherShards(t *testing.T) {
 	urls := []string{testsvc.NewDBURL(t), testsvc.NewDBURL(t)}
 	const maxRuns = 5
 	a, b := homeTenants(t)
-	gw1 := newGateway(t, urls, maxRuns, DefaultConfig(), nil)
-	gw2 := newGateway(t, urls, maxRuns, DefaultConfig(), nil)
-	gw2.adm.totals = NewTotals([]DB{gw2.pools[0], gw2.pools[1]}, 20*time.Millisecond)
+	gw1 := newGateway(t, urls, maxRuns, tenantcap.DefaultConfig(), nil)
+	gw2 := newGatewayEvery(t, urls, maxRuns, tenantcap.DefaultConfig(), nil, 20*time.Millisecond)
 	var wg sync.WaitGroup
 	wg.Go(func() { gw2.adm.Totals().Run(ctx, func(err error) { t.Errorf("refresh: %v", err) }) })
 	defer wg.Wait()
@@ -318,7 +324,7 @@ func TestRecountHealsCorruptedCounts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db := testsvc.NewDB(t)
-	g := newGateway(t, []string{db.Config().ConnString()}, 128, DefaultConfig(), nil)
+	g := newGateway(t, []string{db.Config().ConnString()}, 128, tenantcap.DefaultConfig(), nil)
 	for i := range 3 {
 		require.NoError(t, g.start(ctx, "acme", fmt.Sprintf("a-%d", i)))
 		require.NoError(t, g.start(ctx, "globex", fmt.Sprintf("g-%d", i)))
@@ -328,7 +334,7 @@ func TestRecountHealsCorruptedCounts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, count(t, db, `SELECT running FROM tenant_running WHERE tenant = 'globex'`))
 
-	fixes, err := Recount(ctx, db)
+	fixes, err := tenantcap.Recount(ctx, db)
 	require.NoError(t, err)
 	require.Empty(t, fixes)
 
@@ -339,9 +345,9 @@ func TestRecountHealsCorruptedCounts(t *testing.T) {
 	require.NoError(t, err)
 	setRunning(t, db, map[string]int{"ghost": 7})
 
-	fixes, err = Recount(ctx, db)
+	fixes, err = tenantcap.Recount(ctx, db)
 	require.NoError(t, err)
-	require.ElementsMatch(t, []Fix{
+	require.ElementsMatch(t, []tenantcap.Fix{
 		{Tenant: "acme", Was: 99, Now: 3},
 		{Tenant: "ghost", Was: 7, Now: 0},
 		{Tenant: "globex", Now: 2, Created: true},
@@ -350,7 +356,7 @@ func TestRecountHealsCorruptedCounts(t *testing.T) {
 	require.Equal(t, 2, count(t, db, `SELECT running FROM tenant_running WHERE tenant = 'globex'`))
 	require.Equal(t, 0, count(t, db, `SELECT running FROM tenant_running WHERE tenant = 'ghost'`))
 
-	fixes, err = Recount(ctx, db)
+	fixes, err = tenantcap.Recount(ctx, db)
 	require.NoError(t, err)
 	require.Empty(t, fixes, "a second recount finds nothing")
 }
@@ -360,7 +366,7 @@ func TestUsageAndAdmissionView(t *testing.T) {
 	ctx := context.Background()
 	urls := []string{testsvc.NewDBURL(t), testsvc.NewDBURL(t)}
 	a, b := homeTenants(t)
-	cfg := Config{Algorithm: Dynamic, TFM: 2}
+	cfg := tenantcap.Config{Algorithm: tenantcap.Dynamic, TFM: 2}
 	g := newGateway(t, urls, 20, cfg, []string{a, b, "idle"})
 	for i := range 3 {
 		require.NoError(t, g.start(ctx, a, fmt.Sprintf("a-%d", i)))
@@ -374,7 +380,7 @@ func TestUsageAndAdmissionView(t *testing.T) {
 	require.NotNil(t, u.Limit)
 	require.Equal(t, 2*(20-4), *u.Limit)
 
-	v, err := BuildAdmissionView(ctx, []DB{g.pools[0], g.pools[1]}, Current{Config: cfg}, 20, []string{a, b, "idle"})
+	v, err := tenantcap.BuildAdmissionView(ctx, []tenantcap.DB{g.pools[0], g.pools[1]}, tenantcap.Current{Config: cfg}, 20, []string{a, b, "idle"})
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{a: 3, b: 1, "idle": 0}, v.Running)
 	require.Equal(t, 4, v.RunningTotal)
@@ -390,7 +396,7 @@ func TestUsageAndAdmissionView(t *testing.T) {
 	}
 	require.Equal(t, true, m["max_runs_read_only"])
 
-	v, err = BuildAdmissionView(ctx, []DB{g.pools[0], g.pools[1]}, Current{Config: DefaultConfig()}, 20, nil)
+	v, err = tenantcap.BuildAdmissionView(ctx, []tenantcap.DB{g.pools[0], g.pools[1]}, tenantcap.Current{Config: tenantcap.DefaultConfig()}, 20, nil)
 	require.NoError(t, err)
 	body, _ = json.Marshal(v)
 	require.Contains(t, string(body), `"limit":null`)
@@ -399,7 +405,7 @@ func TestUsageAndAdmissionView(t *testing.T) {
 	dead, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/nowhere?connect_timeout=1")
 	require.NoError(t, err)
 	defer dead.Close()
-	v, err = BuildAdmissionView(ctx, []DB{g.pools[0], dead}, Current{Config: cfg}, 20, nil)
+	v, err = tenantcap.BuildAdmissionView(ctx, []tenantcap.DB{g.pools[0], dead}, tenantcap.Current{Config: cfg}, 20, nil)
 	require.NoError(t, err)
 	require.Equal(t, []int{1}, v.UnavailableShards)
 }
