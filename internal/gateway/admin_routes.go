@@ -13,6 +13,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/fairkeys"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 	"github.com/harvest-run/harvest/pkg/weights"
 )
@@ -115,11 +116,12 @@ func (g *Gateway) audited(action, keyParam string, h http.HandlerFunc) http.Hand
 				io.Closer
 			}{io.TeeReader(r.Body, &limitedWriter{w: &body, n: auditBodyBytes}), r.Body}
 		}
-		rec := &statusRecorder{ResponseWriter: w}
+		rec := &refusalRecorder{ResponseWriter: w}
 		h(rec, r)
 		// 409 is a refusal at the override cap, which the shards' own
-		// write functions audit.
-		if rec.status < 400 || rec.status == http.StatusUnauthorized || rec.status == http.StatusConflict || rec.status >= 500 {
+		// write functions audit; 401 names no actor; 5xx is no refusal.
+		e := rec.err
+		if e == nil || e.Status == http.StatusUnauthorized || e.Status == http.StatusConflict || e.Status >= 500 {
 			return
 		}
 		secret, _ := auth.BearerToken(r.Header.Get("Authorization"))
@@ -127,16 +129,12 @@ func (g *Gateway) audited(action, keyParam string, h http.HandlerFunc) http.Hand
 		if err != nil {
 			return
 		}
-		msg := http.StatusText(rec.status)
-		var eb api.ErrorBody
-		if json.Unmarshal(rec.body.Bytes(), &eb) == nil && eb.Error != nil {
-			msg = eb.Error.Message
-			if eb.Error.Field != "" {
-				msg = eb.Error.Field + ": " + msg
-			}
+		msg := e.Message
+		if e.Field != "" {
+			msg = e.Field + ": " + msg
 		}
 		g.auditRefused(r, weights.Refusal{Actor: p.Name, Action: action, Queue: r.PathValue("queue"),
-			Key: r.PathValue(keyParam), Attempted: body.Bytes(), Message: msg}, rec.status == http.StatusForbidden)
+			Key: r.PathValue(keyParam), Attempted: body.Bytes(), Message: msg}, e.Status == http.StatusForbidden)
 	}
 }
 
@@ -154,26 +152,11 @@ func (g *Gateway) auditRefused(r *http.Request, ref weights.Refusal, fold bool) 
 	}
 }
 
-// statusRecorder keeps the status and (for errors) the body written.
-type statusRecorder struct {
+// refusalRecorder is the writer of an audited route: writeError leaves
+// the refusal it answers with here.
+type refusalRecorder struct {
 	http.ResponseWriter
-	status int
-	body   bytes.Buffer
-}
-
-func (s *statusRecorder) WriteHeader(status int) {
-	s.status = status
-	s.ResponseWriter.WriteHeader(status)
-}
-
-func (s *statusRecorder) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	if s.status >= 400 && s.body.Len() < auditBodyBytes {
-		s.body.Write(b)
-	}
-	return s.ResponseWriter.Write(b)
+	err *api.Error
 }
 
 // limitedWriter keeps the first n bytes written to it and drops the rest.
@@ -202,7 +185,7 @@ func (g *Gateway) readOpts(p auth.Principal) []weights.Option {
 // ownKey refuses (403) a tenant's token that writes the weight or quota of
 // a key not bound to its tenant; an operator's token may write any key.
 func ownKey(w http.ResponseWriter, p auth.Principal, what, key string) bool {
-	if p.Tenant == "" || weights.OwnedBy(key, p.Tenant) {
+	if p.Tenant == "" || fairkeys.BoundTo(key, p.Tenant) {
 		return true
 	}
 	writeError(w, api.NewError(api.CodePermissionDenied, "token %q of tenant %q may only set the %s of its own keys (%q or %q...), not of %q",

@@ -367,6 +367,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e *api.Error) {
+	// A route that audits its refusals (audited) keeps the error as it is,
+	// rather than reading it back from the body.
+	if rec, ok := w.(*refusalRecorder); ok {
+		rec.err = e
+	}
 	if e.Code == api.CodeOverLimit && e.RetryAfterMS > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt((e.RetryAfterMS+999)/1000, 10))
 	}

@@ -125,7 +125,7 @@ func (g *Gateway) bindKey(tenant string, req *api.StartRequest) *api.Error {
 	// A deferred start's quota key that could not be a fairness key is not
 	// used as one (fairkeys.Resolve): its runs are bound as if it had none.
 	if key != nil && (!req.Deferred() || fairkeys.ValidateKey(*key) == nil) {
-		bound = tenant + "/" + *key
+		bound = fairkeys.Bound(tenant, *key)
 	}
 	if err := fairkeys.ValidateKey(bound); err != nil {
 		return api.Invalid(field, "%s bound to the tenant (%q) %v", field, truncate(bound, 80), err)
@@ -139,7 +139,7 @@ func (g *Gateway) bindKey(tenant string, req *api.StartRequest) *api.Error {
 	// on the shard could name it and fill its concurrency cap or drain its
 	// rate. No quota key ("" or absent) stays none.
 	if req.QuotaKey != nil && *req.QuotaKey != "" {
-		q := tenant + "/" + *req.QuotaKey
+		q := fairkeys.Bound(tenant, *req.QuotaKey)
 		if err := fairkeys.ValidateQuotaKey(q); err != nil {
 			return api.Invalid("quota_key", "quota_key bound to the tenant (%q) %v", truncate(q, 80), err)
 		}

@@ -24,40 +24,54 @@ func inboxPrefix(tenant string) string { return "_INBOX_" + tenant }
 // each request waits on its own token below it, as nats.go's own request
 // multiplexer does for the connection's prefix.
 type replies struct {
-	once   sync.Once
-	err    error
-	prefix string // <tenant inbox>.<nuid>.
-	next   atomic.Uint64
+	next atomic.Uint64
 
 	mu      sync.Mutex
+	prefix  string // <tenant inbox>.<nuid>.; "" until subscribed
 	waiting map[string]chan *nats.Msg
+}
+
+// subscribe makes the subscription under the tenant's inbox the first time
+// it is needed. A failed attempt is tried again by the next request, not
+// kept: a connection that was briefly down must not break the client for
+// good.
+func (r *replies) subscribe(ctx context.Context, nc *nats.Conn, tenant string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.prefix != "" {
+		return r.prefix, nil
+	}
+	prefix := inboxPrefix(tenant) + "." + nuid.Next() + "."
+	sub, err := nc.Subscribe(prefix+"*", func(m *nats.Msg) {
+		r.mu.Lock()
+		ch := r.waiting[strings.TrimPrefix(m.Subject, prefix)]
+		r.mu.Unlock()
+		if ch != nil {
+			select {
+			case ch <- m:
+			default: // a second answer to one request is dropped
+			}
+		}
+	})
+	if err != nil {
+		return "", err
+	}
+	// The server must know the subscription before an answer can come
+	// back on it.
+	if err := nc.FlushWithContext(ctx); err != nil {
+		_ = sub.Unsubscribe()
+		return "", err
+	}
+	r.prefix, r.waiting = prefix, map[string]chan *nats.Msg{}
+	return prefix, nil
 }
 
 // request publishes msg with a reply subject under the tenant's inbox and
 // waits for the answer.
 func (r *replies) request(ctx context.Context, nc *nats.Conn, tenant string, msg *nats.Msg) (*nats.Msg, error) {
-	r.once.Do(func() {
-		r.prefix = inboxPrefix(tenant) + "." + nuid.Next() + "."
-		r.waiting = map[string]chan *nats.Msg{}
-		_, r.err = nc.Subscribe(r.prefix+"*", func(m *nats.Msg) {
-			r.mu.Lock()
-			ch := r.waiting[strings.TrimPrefix(m.Subject, r.prefix)]
-			r.mu.Unlock()
-			if ch != nil {
-				select {
-				case ch <- m:
-				default: // a second answer to one request is dropped
-				}
-			}
-		})
-		if r.err == nil {
-			// The server must know the subscription before an answer can
-			// come back on it.
-			r.err = nc.FlushWithContext(ctx)
-		}
-	})
-	if r.err != nil {
-		return nil, r.err
+	prefix, err := r.subscribe(ctx, nc, tenant)
+	if err != nil {
+		return nil, err
 	}
 	token := strconv.FormatUint(r.next.Add(1), 36)
 	ch := make(chan *nats.Msg, 1)
@@ -69,7 +83,7 @@ func (r *replies) request(ctx context.Context, nc *nats.Conn, tenant string, msg
 		delete(r.waiting, token)
 		r.mu.Unlock()
 	}()
-	msg.Reply = r.prefix + token
+	msg.Reply = prefix + token
 	if err := nc.PublishMsg(msg); err != nil {
 		return nil, err
 	}

@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 
-	"github.com/harvest-run/harvest/internal/auditdoc"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/dispatch"
+	"github.com/harvest-run/harvest/pkg/weights"
 )
 
 // SettingName is the key of the admission configuration in the settings
@@ -207,7 +207,10 @@ func RecordRefusal(ctx context.Context, shard0 DB, actor string, attempted []byt
 			msg = ae.Field + ": " + msg
 		}
 	}
-	if _, err := shard0.Exec(ctx, sqlAuditInsert, actor, AuditAction, old, auditdoc.Value(attempted), OutcomeRefused, msg); err != nil {
+	// The one writer of refused rows (unfolded: a privileged caller's
+	// refused change gets a row of its own).
+	if err := weights.AuditRefused(ctx, shard0, weights.Refusal{Actor: actor, Action: AuditAction, Old: old,
+		Attempted: attempted, Message: msg}, 0); err != nil {
 		return fmt.Errorf("tenantcap: write audit row: %w", err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/dispatch"
+	"github.com/harvest-run/harvest/pkg/fairkeys"
 )
 
 // Shard is one shard of the fleet: its index in HARVEST_SHARDS and a pool
@@ -55,11 +56,6 @@ func WithOwner(tenant string) Option {
 	return func(o *options) { o.owner = tenant }
 }
 
-// OwnedBy reports whether key is bound to tenant (see WithOwner).
-func OwnedBy(key, tenant string) bool {
-	return key == tenant || strings.HasPrefix(key, tenant+"/")
-}
-
 // ownedOnly keeps the items whose key is bound to owner (all of them when
 // owner is empty, nothing on error).
 func ownedOnly[T any](all []T, err error, owner string, key func(T) string) ([]T, error) {
@@ -68,7 +64,7 @@ func ownedOnly[T any](all []T, err error, owner string, key func(T) string) ([]T
 	}
 	mine := []T{}
 	for _, it := range all {
-		if OwnedBy(key(it), owner) {
+		if fairkeys.BoundTo(key(it), owner) {
 			mine = append(mine, it)
 		}
 	}

@@ -13,6 +13,9 @@ type Refusal struct {
 	Action string // "weight.set", "quota.clear", "admission.set", ...
 	// Queue and Key are empty when the change names none.
 	Queue, Key string
+	// Old is the setting in force when the change was refused (a JSON
+	// document, or nil).
+	Old []byte
 	// Attempted is what the caller sent (a JSON document, or nil).
 	Attempted []byte
 	Message   string
@@ -37,7 +40,7 @@ func AuditRefused(ctx context.Context, db DB, r Refusal, fold time.Duration) err
 		key = r.Key
 	}
 	var id int64
-	err := db.QueryRow(ctx, sqlAuditRefused, r.Actor, r.Action, queue, key, nil, auditdoc.Value(r.Attempted),
+	err := db.QueryRow(ctx, sqlAuditRefused, r.Actor, r.Action, queue, key, auditdoc.Value(r.Old), auditdoc.Value(r.Attempted),
 		r.Message, fold.String()).Scan(&id)
 	return mapError("audit refusal", err)
 }

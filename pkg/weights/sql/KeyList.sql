@@ -39,6 +39,7 @@ LEFT JOIN fair_state f ON f.queue = $1 AND f.key = k.key
 LEFT JOIN weight_overrides w ON w.queue = $1 AND w.key = k.key
 LEFT JOIN recent r ON r.key = k.key
 LEFT JOIN waiting p ON p.key = k.key
+-- (the rule of fairkeys.BoundTo)
 WHERE $4::text IS NULL OR k.key = $4::text OR starts_with(k.key, $4::text || '/')
 ORDER BY k.key COLLATE "C"
 LIMIT $3
