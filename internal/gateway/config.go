@@ -19,16 +19,16 @@ type Config struct {
 	// system limit), HARVEST_ADMISSION_REFRESH, HARVEST_ADMISSION_RELOAD.
 	tenantcap.Settings
 
-	Addr          string        `envconfig:"GATEWAY_ADDR" default:":8080" desc:"HTTP listen address"`
-	TokensFile    string        `envconfig:"GATEWAY_TOKENS_FILE" desc:"path of the bearer tokens file (JSON); empty refuses every HTTP call that needs a token"`
-	TokensPoll    time.Duration `envconfig:"GATEWAY_TOKENS_POLL" default:"2s" desc:"how often the tokens file is checked for changes (SIGHUP reloads at once)"`
-	MaxBodyBytes  int64         `envconfig:"GATEWAY_MAX_BODY_BYTES" default:"1048576" desc:"largest request body (HTTP) or message (NATS) accepted; larger ones get 413"`
-	KeyBinding    bool          `envconfig:"GATEWAY_KEY_BINDING" default:"true" desc:"bind fairness and quota keys to the tenant: no key becomes <tenant>, key k becomes <tenant>/k (false lets any tenant name any key and take its weight and its quota: logged at start)"`
-	SubjectPrefix string        `envconfig:"GATEWAY_SUBJECT_PREFIX" default:"harvest" desc:"first token(s) of every NATS subject"`
-	QueueGroup    string        `envconfig:"GATEWAY_QUEUE_GROUP" default:"harvest-gateways" desc:"NATS queue group the gateways share for start requests"`
-	NATSInflight  int           `envconfig:"GATEWAY_NATS_INFLIGHT" default:"1024" desc:"NATS start requests handled at once; more wait in the client library"`
-	MaxWait       time.Duration `envconfig:"GATEWAY_MAX_WAIT" default:"60s" desc:"longest ?wait= of GET /v1/runs/{id}"`
-	MaxAhead      time.Duration `envconfig:"GATEWAY_MAX_SCHEDULE_AHEAD" default:"720h" desc:"how far ahead a start's run_at or delay may lie: a run not due yet holds an admission slot all the while"`
+	Addr             string        `envconfig:"GATEWAY_ADDR" default:":8080" desc:"HTTP listen address"`
+	TokensFile       string        `envconfig:"GATEWAY_TOKENS_FILE" desc:"path of the bearer tokens file (JSON); empty refuses every HTTP call that needs a token"`
+	TokensPoll       time.Duration `envconfig:"GATEWAY_TOKENS_POLL" default:"2s" desc:"how often the tokens file is checked for changes (SIGHUP reloads at once)"`
+	MaxBodyBytes     int64         `envconfig:"GATEWAY_MAX_BODY_BYTES" default:"1048576" desc:"largest request body (HTTP) or message (NATS) accepted; larger ones get 413"`
+	KeyBinding       bool          `envconfig:"GATEWAY_KEY_BINDING" default:"true" desc:"bind fairness and quota keys to the tenant: no key becomes <tenant>, key k becomes <tenant>/k (false lets any tenant name any key and take its weight and its quota: logged at start)"`
+	SubjectPrefix    string        `envconfig:"GATEWAY_SUBJECT_PREFIX" default:"harvest" desc:"first token(s) of every NATS subject"`
+	QueueGroup       string        `envconfig:"GATEWAY_QUEUE_GROUP" default:"harvest-gateways" desc:"NATS queue group the gateways share for start requests"`
+	NATSInflight     int           `envconfig:"GATEWAY_NATS_INFLIGHT" default:"1024" desc:"NATS start requests handled at once; more wait in the client library"`
+	MaxWait          time.Duration `envconfig:"GATEWAY_MAX_WAIT" default:"60s" desc:"longest ?wait= of GET /v1/runs/{id}"`
+	MaxScheduleAhead time.Duration `envconfig:"GATEWAY_MAX_SCHEDULE_AHEAD" default:"720h" desc:"how far ahead a start's run_at or delay may lie: a run not due yet holds an admission slot all the while"`
 
 	ReadHeaderTimeout time.Duration `envconfig:"GATEWAY_READ_HEADER_TIMEOUT" default:"5s" desc:"time a client has to send a request's headers"`
 	ReadTimeout       time.Duration `envconfig:"GATEWAY_READ_TIMEOUT" default:"30s" desc:"time a client has to send a whole request, body included"`
@@ -75,7 +75,7 @@ func (c Config) Validate() error {
 	check(c.QueueGroup != "", "HARVEST_GATEWAY_QUEUE_GROUP: must not be empty")
 	check(c.NATSInflight >= 1, "HARVEST_GATEWAY_NATS_INFLIGHT: must be at least 1, got %d", c.NATSInflight)
 	check(c.MaxWait > 0, "HARVEST_GATEWAY_MAX_WAIT: must be positive, got %s", c.MaxWait)
-	check(c.MaxAhead > 0, "HARVEST_GATEWAY_MAX_SCHEDULE_AHEAD: must be positive, got %s", c.MaxAhead)
+	check(c.MaxScheduleAhead > 0, "HARVEST_GATEWAY_MAX_SCHEDULE_AHEAD: must be positive, got %s", c.MaxScheduleAhead)
 	check(c.ReadHeaderTimeout > 0, "HARVEST_GATEWAY_READ_HEADER_TIMEOUT: must be positive, got %s", c.ReadHeaderTimeout)
 	check(c.ReadTimeout >= c.ReadHeaderTimeout, "HARVEST_GATEWAY_READ_TIMEOUT: must be at least HARVEST_GATEWAY_READ_HEADER_TIMEOUT (%s), got %s", c.ReadHeaderTimeout, c.ReadTimeout)
 	check(c.WriteTimeout > 0, "HARVEST_GATEWAY_WRITE_TIMEOUT: must be positive, got %s", c.WriteTimeout)
@@ -95,16 +95,16 @@ func (c Config) Validate() error {
 // embedding (harvest dev, benchmarks).
 func DefaultConfig(shards []string, natsURL string) Config {
 	return Config{
-		Common:        config.Common{Shards: shards, NATSURL: natsURL},
-		Settings:      tenantcap.DefaultSettings(),
-		Addr:          ":8080",
-		TokensPoll:    2 * time.Second,
-		MaxBodyBytes:  1 << 20,
-		SubjectPrefix: "harvest",
-		QueueGroup:    "harvest-gateways",
-		NATSInflight:  1024,
-		MaxWait:       60 * time.Second,
-		MaxAhead:      30 * 24 * time.Hour,
+		Common:           config.Common{Shards: shards, NATSURL: natsURL},
+		Settings:         tenantcap.DefaultSettings(),
+		Addr:             ":8080",
+		TokensPoll:       2 * time.Second,
+		MaxBodyBytes:     1 << 20,
+		SubjectPrefix:    "harvest",
+		QueueGroup:       "harvest-gateways",
+		NATSInflight:     1024,
+		MaxWait:          60 * time.Second,
+		MaxScheduleAhead: 30 * 24 * time.Hour,
 
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,

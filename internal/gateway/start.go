@@ -88,7 +88,7 @@ func (g *Gateway) prepare(ctx context.Context, c caller, req *api.StartRequest) 
 // 9999-12-31 would hold a slot for ever; the bound makes every slot come
 // back within it.
 func (g *Gateway) checkAhead(req *api.StartRequest) *api.Error {
-	limit := g.cfg.MaxAhead
+	limit := g.cfg.MaxScheduleAhead
 	if limit <= 0 {
 		return nil
 	}

@@ -606,7 +606,7 @@ func TestStartRefusesBadText(t *testing.T) {
 func TestStartScheduledTooFarAheadIsRefused(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	require.Equal(t, 30*24*time.Hour, DefaultConfig(nil, "").MaxAhead)
+	require.Equal(t, 30*24*time.Hour, DefaultConfig(nil, "").MaxScheduleAhead)
 	for _, tc := range []struct{ extra, field string }{
 		{`"delay":"1000000h"`, "delay"},
 		{`"delay":"721h"`, "delay"},
