@@ -1,6 +1,7 @@
 package claim_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -96,4 +97,53 @@ func TestBatchStampsRunsInClaimOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The same at concurrency: 16 claimers taking fair batches of two keys
+// (shared and exclusive lock paths both) and single claims, while new tasks
+// keep committing. Every run's claimed_at is its task's claim stamp, so
+// the run list orders claims as the claims happened.
+func TestRunStampsAreTaskStampsAtConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, k := range []string{"a", "b"} {
+		b.tasks(100, taskOpts{Key: k})
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Go(func() { // starts committing meanwhile
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b.task(taskOpts{Key: []string{"a", "b", "c"}[i%3]})
+		}
+	})
+	var claims sync.WaitGroup
+	for c := range 16 {
+		claims.Go(func() {
+			for range 10 {
+				n := 10
+				if c%4 == 0 {
+					n = 1
+				}
+				_, err := claim.ClaimBatch(b.ctx, b.db, claim.Request{Queue: "q", Fair: true}, n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	claims.Wait()
+	close(stop)
+	wg.Wait()
+	var claimed, differ int
+	require.NoError(t, b.db.QueryRow(b.ctx, `
+		SELECT count(*), count(*) FILTER (WHERE r.claimed_at IS DISTINCT FROM t.claimed_at)
+		FROM tasks t JOIN runs r ON r.pk = t.run_pk WHERE t.claimed_at IS NOT NULL`).Scan(&claimed, &differ))
+	require.Greater(t, claimed, 100)
+	require.Zero(t, differ, "runs whose claimed_at is not their task's claim stamp")
 }
