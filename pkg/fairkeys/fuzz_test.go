@@ -10,7 +10,7 @@ import (
 
 var knownRules = map[string]bool{
 	RuleEmpty: true, RuleBlank: true, RuleDot: true, RuleOuterWhitespace: true,
-	RuleControlChar: true, RuleInvalidUTF8: true, RuleTooLong: true,
+	RuleControlChar: true, RuleBidiControl: true, RuleInvalidUTF8: true, RuleTooLong: true,
 	RuleOutOfRange: true, RuleNotFinite: true,
 }
 
@@ -30,7 +30,7 @@ func checkRefusal(t *testing.T, err error) {
 }
 
 func FuzzValidateKey(f *testing.F) {
-	for _, s := range []string{"tenant-42", "", ".", "..", "...", " a", "a ", "a\tb", "a\x00", "\xff", "é", "\u2028x", strings.Repeat("k", MaxKeyBytes+1)} {
+	for _, s := range []string{"tenant-42", "", ".", "..", "...", " a", "a ", "a\tb", "a\x00", "\xff", "é", "\u2028x", "a\u202eb", "\u2066x", strings.Repeat("k", MaxKeyBytes+1)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, k string) {
@@ -51,7 +51,7 @@ func FuzzValidateKey(f *testing.F) {
 			t.Fatalf("accepted key %q has outer whitespace", k)
 		}
 		for _, r := range runes {
-			if unicode.IsControl(r) {
+			if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
 				t.Fatalf("accepted key %q holds control character %U", k, r)
 			}
 		}
@@ -62,7 +62,7 @@ func FuzzValidateKey(f *testing.F) {
 }
 
 func FuzzValidateQueueName(f *testing.F) {
-	for _, s := range []string{"shared", "orders.eu", "", " ", "\t\n", ".", "..", " q", "q\u3000", strings.Repeat("q", MaxQueueBytes+1), "\xff"} {
+	for _, s := range []string{"shared", "orders.eu", "", " ", "\t\n", ".", "..", " q", "q\u3000", "q\u202e", "\u200fq", strings.Repeat("q", MaxQueueBytes+1), "\xff"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, q string) {
