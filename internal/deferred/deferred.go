@@ -240,12 +240,13 @@ func (a *acceptor) admit(ctx context.Context, running int) error {
 	if a.p.Admitter == nil {
 		return nil
 	}
-	var total int64
-	if err := a.tx.QueryRow(ctx, sqlTenantRunningTotal).Scan(&total); err != nil {
+	var total, lease int64
+	if err := a.tx.QueryRow(ctx, sqlTenantRunningTotal).Scan(&total, &lease); err != nil {
 		return fmt.Errorf("deferred: read the shard's running count: %w", err)
 	}
 	return a.p.Admitter.Admit(ctx, runstore.Admission{
-		Shard: a.p.Shard, Tenant: a.p.Tenant, Running: running, ShardRunning: int(total), Req: &a.p.Req,
+		Shard: a.p.Shard, Tenant: a.p.Tenant, Running: running, ShardRunning: int(total),
+		ShardLease: int(lease), Req: &a.p.Req,
 	})
 }
 

@@ -23,6 +23,8 @@ type admission struct {
 	adm     *tenantcap.Admitter
 	watcher *tenantcap.Watcher
 	totals  *tenantcap.Totals
+	// leases divide max_runs among the shards (docs/admission.md).
+	leases *tenantcap.Leases
 	// loaded is set once the configuration was read from shard 0; until
 	// then new runs are refused with 503 rather than admitted under a
 	// configuration the gateway does not know.
@@ -50,11 +52,17 @@ const (
 // when shard 0 answers, else retried every second in the background).
 func (g *Gateway) initAdmission() error {
 	dbs := make([]tenantcap.DB, len(g.shards))
+	pools := make([]tenantcap.Beginner, len(g.shards))
 	for i, p := range g.shards {
-		dbs[i] = p
+		dbs[i], pools[i] = p, g.leasePools[i]
 	}
 	s := g.cfg.Settings
 	a := &admission{totals: tenantcap.NewTotals(dbs, s.Refresh)}
+	leases, err := tenantcap.NewLeases(tenantcap.LeasesOptions{Shards: pools, MaxRuns: s.MaxRuns})
+	if err != nil {
+		return fmt.Errorf("gateway: admission: %w", err)
+	}
+	a.leases = leases
 	a.watcher = tenantcap.NewWatcher(tenantcap.WatcherOptions{
 		Shard0: g.shards[0], NATS: g.nc, Prefix: g.cfg.SubjectPrefix, Reload: s.Reload, Log: g.log,
 	})
@@ -63,6 +71,7 @@ func (g *Gateway) initAdmission() error {
 		Config:  a.watcher.Config,
 		Tenants: g.tokens.Tenants,
 		Totals:  a.totals,
+		Leases:  leases,
 	})
 	if err != nil {
 		return fmt.Errorf("gateway: admission: %w", err)
@@ -77,6 +86,9 @@ func (g *Gateway) initAdmission() error {
 	a.ctx, a.cancel = ctx, cancel
 	a.bg.Go(func() {
 		a.totals.Run(ctx, func(err error) { g.log.Debug("admission: totals refresh", "err", err) })
+	})
+	a.bg.Go(func() {
+		a.leases.Run(ctx, func(err error) { g.log.Debug("admission: capacity leases", "err", err) })
 	})
 	g.adm = a
 	if err := a.tryLoad(ctx); err == nil {
@@ -154,7 +166,7 @@ func (h admitHook) Admit(ctx context.Context, in runstore.Admission) error {
 		count(admitNotLoaded)
 		return api.NewError(api.CodeUnavailable, "admission: the configuration could not be read from shard 0 yet; try again shortly")
 	}
-	d, err := h.a.adm.Check(in)
+	d, err := h.a.adm.Check(ctx, in)
 	if err != nil {
 		count(admitError)
 		return err

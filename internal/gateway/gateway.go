@@ -62,6 +62,11 @@ type Gateway struct {
 	subjects dispatch.Subjects
 
 	shards     []*pgxpool.Pool
+	// leasePools are small pools of their own for moving capacity
+	// leases: a start that runs out of its shard's lease takes more while
+	// its transaction holds a connection of the shard pool, and must not
+	// wait for that pool's connections, which other such starts may hold.
+	leasePools []*pgxpool.Pool
 	committers []*runstore.Committer
 
 	adm *admission
@@ -144,6 +149,14 @@ func New(opts Options) (*Gateway, error) {
 			return nil, fmt.Errorf("gateway: shard %d (%s): %w", i, config.Redact(raw), err)
 		}
 		g.shards = append(g.shards, pool)
+		lc := pc.Copy()
+		lc.MaxConns, lc.MinConns = leasePoolSize, 0
+		lp, err := pgxpool.NewWithConfig(context.Background(), lc)
+		if err != nil {
+			g.closePools()
+			return nil, fmt.Errorf("gateway: shard %d (%s): %w", i, config.Redact(raw), err)
+		}
+		g.leasePools = append(g.leasePools, lp)
 	}
 	if err := g.initAdmission(); err != nil {
 		g.closePools()
@@ -193,10 +206,15 @@ func (g *Gateway) Close() {
 }
 
 func (g *Gateway) closePools() {
-	for _, p := range g.shards {
+	for _, p := range append(g.shards, g.leasePools...) {
 		p.Close()
 	}
 }
+
+// leasePoolSize is the connections per shard for capacity leases: a
+// transfer uses one at a time, and a start waiting for capacity holds
+// none of them.
+const leasePoolSize = 2
 
 type outcomeKey struct{ transport, outcome string }
 

@@ -482,7 +482,7 @@ func readStarted(br pgx.BatchResults) ([]startedRow, error) {
 // guardArgs are the guard parameters of RunStartMany (nil: no check).
 func guardArgs(g *Guard) []any {
 	if g == nil || g.Shard < 0 {
-		return []any{[]string(nil), []int64(nil), nil}
+		return []any{[]string(nil), []int64(nil), nil, false}
 	}
 	tenants := make([]string, 0, len(g.Tenant))
 	caps := make([]int64, 0, len(g.Tenant))
@@ -490,7 +490,7 @@ func guardArgs(g *Guard) []any {
 		tenants = append(tenants, t)
 		caps = append(caps, int64(n))
 	}
-	return []any{tenants, caps, int64(g.Shard)}
+	return []any{tenants, caps, int64(g.Shard), g.Lease}
 }
 
 // decide asks the Admitter about the new runs of a written group, in the
@@ -512,6 +512,7 @@ func (c *Committer) decide(ctx context.Context, starts []*pending) (int, error) 
 			Shard: c.shard, Tenant: it.p.Tenant, Req: &it.p.Req,
 			Running:      it.res.Running - byTenant[it.p.Tenant],
 			ShardRunning: it.res.ShardRunning - refused,
+			ShardLease:   it.res.ShardLease,
 		})
 		if err == nil {
 			continue
@@ -606,7 +607,8 @@ func (c *Committer) sendWindow(ctx context.Context, conn *pgx.Conn, window []*pe
 			continue
 		}
 		err := c.opts.Admitter.Admit(ctx, Admission{
-			Shard: c.shard, Tenant: it.p.Tenant, Running: it.res.Running, ShardRunning: it.res.ShardRunning, Req: &it.p.Req,
+			Shard: c.shard, Tenant: it.p.Tenant, Running: it.res.Running, ShardRunning: it.res.ShardRunning,
+			ShardLease: it.res.ShardLease, Req: &it.p.Req,
 		})
 		if err == nil {
 			continue

@@ -76,6 +76,9 @@ type StartResult struct {
 	// ShardRunning is the shard's count of unfinished runs over all
 	// tenants after the start (zero on a replay).
 	ShardRunning int
+	// ShardLease is the shard's capacity lease as the start read it, after
+	// the shard's admission lock (zero on a replay).
+	ShardLease int
 }
 
 // Start writes a new run with its first task and counts it for its tenant,
@@ -205,6 +208,7 @@ type startedRow struct {
 	busy        bool // the queue had pending tasks before the statement
 	tenantAfter int  // the tenant's count after the statement
 	shardBefore int  // the shard's count before the statement
+	lease       int  // the shard's capacity lease
 	now         time.Time
 }
 
@@ -212,7 +216,7 @@ type startedRow struct {
 func scanStartedMany(rows pgx.Rows) (startedRow, error) {
 	var r startedRow
 	var guarded bool
-	err := rows.Scan(&r.tenant, &r.id, &r.pk, &r.taskID, &r.due, &r.busy, &r.tenantAfter, &r.shardBefore, &r.now, &guarded)
+	err := rows.Scan(&r.tenant, &r.id, &r.pk, &r.taskID, &r.due, &r.busy, &r.tenantAfter, &r.shardBefore, &r.now, &r.lease, &guarded)
 	if err != nil {
 		return startedRow{}, fmt.Errorf("runstore: start group: %w", err)
 	}
@@ -262,6 +266,7 @@ func settleStarted(rows []startedRow, starts []*pending, shard int) error {
 			QueueBusy:    r.busy || dueQueue[req.Queue],
 			Running:      r.tenantAfter - perTenant[r.tenant] + seenTenant[r.tenant],
 			ShardRunning: r.shardBefore + n + 1,
+			ShardLease:   r.lease,
 		}
 		it.found = true
 		if r.due {
@@ -289,7 +294,7 @@ func scanStarted(row pgx.Row, shard int) (StartResult, bool, error) {
 		run     = &res.Run
 	)
 	err := row.Scan(&pk, &run.ID, &run.Tenant, &run.Name, &run.Queue, &run.FairnessKey, &run.QuotaKey,
-		&run.Priority, &status, &run.Attempts, &created, &res.TaskID, &res.QueueBusy, &res.Running, &res.ShardRunning)
+		&run.Priority, &status, &run.Attempts, &created, &res.TaskID, &res.QueueBusy, &res.Running, &res.ShardRunning, &res.ShardLease)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return StartResult{}, false, nil
 	}

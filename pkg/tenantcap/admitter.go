@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harvest-run/harvest/internal/shards"
+	"github.com/harvest-run/harvest/pkg/api"
 )
 
 // AdmitterOptions wires an Admitter to the rest of a gateway.
@@ -27,6 +28,12 @@ type AdmitterOptions struct {
 	Totals *Totals
 	// RetryAfter is the hint of a refusal; DefaultRetryAfter when zero.
 	RetryAfter time.Duration
+	// Leases, when set, makes the system limit exact across shards: a
+	// shard admits no more unfinished runs than its capacity lease, and
+	// takes more from the ledger when it runs out. Its MaxRuns must be
+	// MaxRuns. Without it the other shards' counts are the cached Totals,
+	// which can be stale (see docs/admission.md).
+	Leases *Leases
 }
 
 // Admitter decides starts. One per gateway; safe for concurrent use.
@@ -35,6 +42,7 @@ type Admitter struct {
 	config     func() Config
 	tenants    func() []string
 	totals     *Totals
+	leases     *Leases
 	retryAfter time.Duration
 }
 
@@ -58,7 +66,12 @@ func NewAdmitter(o AdmitterOptions) (*Admitter, error) {
 	if o.RetryAfter <= 0 {
 		o.RetryAfter = DefaultRetryAfter
 	}
-	return &Admitter{maxRuns: o.MaxRuns, config: o.Config, tenants: o.Tenants, totals: o.Totals, retryAfter: o.RetryAfter}, nil
+	if o.Leases != nil && (o.Leases.maxRuns != o.MaxRuns || o.Leases.Shards() != o.Totals.Shards()) {
+		return nil, fmt.Errorf("tenantcap: the leases cover %d shards and %d runs, the admitter %d and %d",
+			o.Leases.Shards(), o.Leases.maxRuns, o.Totals.Shards(), o.MaxRuns)
+	}
+	return &Admitter{maxRuns: o.MaxRuns, config: o.Config, tenants: o.Tenants, totals: o.Totals,
+		leases: o.Leases, retryAfter: o.RetryAfter}, nil
 }
 
 // MaxRuns is the system limit in force.
@@ -72,6 +85,9 @@ func (a *Admitter) Tenants() int { return len(a.tenants()) }
 
 // Totals is the shard totals cache the Admitter reads.
 func (a *Admitter) Totals() *Totals { return a.totals }
+
+// Leases is the capacity leases the Admitter judges by (nil: none).
+func (a *Admitter) Leases() *Leases { return a.leases }
 
 // Home is the tenant's home shard.
 func (a *Admitter) Home(tenant string) int { return shards.Home(tenant, a.totals.Shards()) }
@@ -88,8 +104,8 @@ func (a *Admitter) Home(tenant string) int { return shards.Home(tenant, a.totals
 //
 // It returns nil to keep the run, or an *api.Error 429 (over_limit, with
 // retry_after_ms) to have the committer roll this start back alone.
-func (a *Admitter) Admit(_ context.Context, in Admission) error {
-	d, err := a.Check(in)
+func (a *Admitter) Admit(ctx context.Context, in Admission) error {
+	d, err := a.Check(ctx, in)
 	if err != nil {
 		return err
 	}
@@ -100,14 +116,72 @@ func (a *Admitter) Admit(_ context.Context, in Admission) error {
 }
 
 // Check is Admit returning the whole decision (for metrics and logs)
-// instead of the error a refusal becomes. It fails only when in.Shard is
-// not a shard of the totals.
-func (a *Admitter) Check(in Admission) (Decision, error) {
+// instead of the error a refusal becomes. With Leases, a start refused
+// only for want of the shard's lease makes the Admitter take more capacity
+// from the ledger (see Leases.Acquire) and judge it again; the caller's
+// transaction holds the shard's admission lock, so no other start can
+// take that capacity first. It fails when in.Shard is not a shard of the
+// totals; a lease that cannot be read or moved is an *api.Error 503.
+func (a *Admitter) Check(ctx context.Context, in Admission) (Decision, error) {
 	if in.Shard < 0 || in.Shard >= a.totals.Shards() {
 		return Decision{}, fmt.Errorf("tenantcap: shard %d out of range (%d shards)", in.Shard, a.totals.Shards())
 	}
 	// Both figures include the run being admitted: judge the state before it.
-	return a.decide(in.Shard, in.Tenant, in.Running-1, in.ShardRunning-1), nil
+	return a.judge(ctx, in.Shard, in.Tenant, in.Running-1, in.ShardRunning-1, in.ShardLease)
+}
+
+// judge decides with the shard's lease, taking more capacity when that
+// alone refuses.
+func (a *Admitter) judge(ctx context.Context, shard int, tenant string, own, local, lease int) (Decision, error) {
+	if a.leases == nil {
+		return a.decide(shard, tenant, own, local, -1), nil
+	}
+	d := a.decide(shard, tenant, own, local, lease)
+	if d.Admit {
+		return d, nil
+	}
+	need := a.leaseNeeded(shard, tenant, own, local)
+	if need > lease {
+		got, err := a.leases.Acquire(ctx, shard, need)
+		if err != nil {
+			return Decision{}, api.NewError(api.CodeUnavailable, "admission: could not take capacity for shard %d from shard 0; try again shortly", shard)
+		}
+		// Capacity only grows while the caller holds the shard's admission
+		// lock (a return takes it), so the lease now is at least got.
+		if d = a.decide(shard, tenant, own, local, max(got, lease)); d.Admit {
+			return d, nil
+		}
+	}
+	// Refused. The lease's bound on the other shards makes the total look
+	// larger than it is; a refusal says what the system holds by the
+	// cached totals when they refuse too (a tenant at its limit, a full
+	// system), and what the lease left otherwise.
+	if dv := a.decide(shard, tenant, own, local, -1); !dv.Admit {
+		return dv, nil
+	}
+	return d, nil
+}
+
+// leaseNeeded is the smallest lease with which the start would be
+// admitted, or 0 when no lease would do (a tenant at its Static limit).
+// The decision only improves as the lease grows: a larger lease admits
+// more runs on the shard and, under Dynamic, bounds the other shards'
+// runs lower, which raises the tenant's limit.
+func (a *Admitter) leaseNeeded(shard int, tenant string, own, local int) int {
+	admits := func(lease int) bool { return a.decide(shard, tenant, own, local, lease).Admit }
+	lo, hi := local+1, max(a.maxRuns, local+1)
+	if !admits(hi) {
+		return 0
+	}
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if admits(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 // Guard implements Guarder: it bounds the counts up to which
@@ -125,7 +199,15 @@ func (a *Admitter) Guard(r GuardRequest) (Guard, bool) {
 	}
 	others, _ := a.totals.Others(r.Shard)
 	local := max(r.ShardRunning, a.totals.Snapshot()[r.Shard].Running)
-	return guard(a.config(), a.maxRuns, len(a.tenants()), others, local, r.Tenants, r.Starts)
+	if a.leases == nil {
+		return guard(a.config(), a.maxRuns, len(a.tenants()), others, local, r.Tenants, r.Starts)
+	}
+	// Judged as Check judges: the other shards hold at most what the
+	// shard's lease leaves of max_runs. The lease is this gateway's last
+	// sight of it; the statement checks the real one (Guard.Lease).
+	g, ok := guard(a.config(), a.maxRuns, len(a.tenants()), max(a.maxRuns-a.leases.Cached(r.Shard), 0), local, r.Tenants, r.Starts)
+	g.Lease = true
+	return g, ok
 }
 
 // guard computes Guard for a group of at most starts new runs of tenants
@@ -197,10 +279,10 @@ func (a *Admitter) CheckBefore(ctx context.Context, tx pgx.Tx, shard int, tenant
 	b.Queue(sqlAdmitLock, tenant)
 	b.Queue(sqlAdmitRead, tenant)
 	br := tx.SendBatch(ctx, b)
-	var own, local int64
+	var own, local, lease int64
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&own, &local)
+		err = br.QueryRow().Scan(&own, &local, &lease)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -208,13 +290,20 @@ func (a *Admitter) CheckBefore(ctx context.Context, tx pgx.Tx, shard int, tenant
 	if err != nil {
 		return Decision{}, fmt.Errorf("tenantcap: read running counts: %w", err)
 	}
-	return a.decide(shard, tenant, int(own), int(local)), nil
+	return a.judge(ctx, shard, tenant, int(own), int(local), int(lease))
 }
 
-// decide adds the cached totals of the other shards to this shard's exact
-// one and applies the rule.
-func (a *Admitter) decide(shard int, tenant string, own, local int) Decision {
-	others, _ := a.totals.Others(shard)
+// decide applies the rule to this shard's exact counts and a bound on the
+// other shards' unfinished runs: with a lease (lease >= 0), what the lease
+// leaves of max_runs, which the others cannot exceed however they
+// interleave; without one, their cached totals.
+func (a *Admitter) decide(shard int, tenant string, own, local, lease int) Decision {
+	var others int
+	if lease >= 0 {
+		others = max(a.maxRuns-lease, 0)
+	} else {
+		others, _ = a.totals.Others(shard)
+	}
 	d := Decide(a.config(), a.maxRuns, len(a.tenants()), local+others, own)
 	d.Tenant = tenant
 	if !d.Admit {

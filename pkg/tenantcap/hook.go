@@ -18,6 +18,10 @@ type Admission struct {
 	// ShardRunning is the shard's count of unfinished runs over all
 	// tenants, including this run, as the start's statement read it.
 	ShardRunning int
+	// ShardLease is the shard's capacity lease (see Leases), read after the
+	// shard's admission lock, which every return of capacity also takes:
+	// it cannot shrink before the start commits.
+	ShardLease int
 	// Req is the validated start request.
 	Req *api.StartRequest
 }
@@ -46,6 +50,9 @@ type Hook interface {
 type Guard struct {
 	Shard  int
 	Tenant map[string]int
+	// Lease also bounds the shard's count after the group by the shard's
+	// capacity lease, read by the statement itself.
+	Lease bool
 }
 
 // GuardRequest describes a group about to be written.

@@ -75,10 +75,12 @@ func runningByTenant(ctx context.Context, db DB) (map[string]int, error) {
 }
 
 // Usage builds the GET /v1/usage body of tenant: its exact count read from
-// home (its home shard) and its limit computed the way Admit would.
+// home (its home shard) and its limit by the rule at the current total
+// (the home shard's exact count and the others' cached ones). Admit
+// reaches the same limit once its shard's lease covers it (see Check).
 func (a *Admitter) Usage(ctx context.Context, home DB, tenant string) (UsageView, error) {
-	var own, local int64
-	if err := home.QueryRow(ctx, sqlAdmitRead, tenant).Scan(&own, &local); err != nil {
+	var own, local, lease int64
+	if err := home.QueryRow(ctx, sqlAdmitRead, tenant).Scan(&own, &local, &lease); err != nil {
 		return UsageView{}, fmt.Errorf("tenantcap: read usage: %w", err)
 	}
 	cfg := a.config()

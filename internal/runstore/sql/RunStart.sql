@@ -40,5 +40,6 @@ WITH run AS (
 )
 SELECT run.pk, run.id, run.tenant, run.name, run.queue, run.fairness_key, run.quota_key, run.priority,
        run.status, run.attempts, run.created_at, task.id, busy.queue_busy, counted.running,
-       (SELECT coalesce(sum(running), 0) FROM tenant_running)::bigint + 1 AS shard_running
+       (SELECT coalesce(sum(running), 0) FROM tenant_running)::bigint + 1 AS shard_running,
+       harvest_shard_lease() AS shard_lease
 FROM run, task, busy, counted

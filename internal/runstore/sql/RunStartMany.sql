@@ -7,8 +7,9 @@
 -- be written. A row comes back for each new run, in no particular order:
 -- its tenant and id, its pk, its task, whether the task is due now, whether
 -- the task's queue had pending work before the statement, the tenant's
--- count after the statement, the shard's count before it and the database
--- clock (the run's created_at). The other columns of the run are those of
+-- count after the statement, the shard's count before it, the database
+-- clock (the run's created_at) and the shard's capacity lease
+-- (harvest_shard_lease). The other columns of the run are those of
 -- the request. The caller derives from the counts what each start would
 -- have seen had the starts run one after the other (settleStarted).
 --
@@ -17,11 +18,12 @@
 -- $11 timeouts ms, $12 run_at, $13 delays in microseconds, $14 trace
 -- contexts (JSON text).
 --
--- $15 tenants and $16 counts, $17 a shard count: the admission guard
--- (runstore.Guard). When $17 is not NULL the statement fails with HA010
--- unless, after it, the shard's count is at most $17 and each tenant of
--- $15 holds at most its count of $16, so that the caller may commit
--- without asking about each start. NULL: no guard.
+-- $15 tenants and $16 counts, $17 a shard count, $18 whether the lease
+-- binds: the admission guard (runstore.Guard). When $17 is not NULL the
+-- statement fails with HA010 unless, after it, the shard's count is at
+-- most $17 (and at most its lease when $18 is true) and each tenant of $15
+-- holds at most its count of $16, so that the caller may commit without
+-- asking about each start. NULL: no guard.
 WITH input AS (
     SELECT i.*,
            coalesce(i.run_at, CASE WHEN i.delay_us > 0 THEN now() + i.delay_us * interval '1 microsecond' END,
@@ -50,8 +52,8 @@ WITH input AS (
     ORDER BY i.ord
     RETURNING id, run_pk, state, queue
 ), total AS (
-    -- The shard's count before the statement (its snapshot).
-    SELECT coalesce(sum(running), 0)::bigint AS running FROM tenant_running
+    -- The shard's count before the statement (its snapshot), and its lease.
+    SELECT coalesce(sum(running), 0)::bigint AS running, harvest_shard_lease() AS lease FROM tenant_running
 ), counted AS (
     INSERT INTO tenant_running AS t (tenant, running)
     SELECT tenant, count(*) FROM run GROUP BY tenant ORDER BY tenant
@@ -62,6 +64,7 @@ WITH input AS (
     SELECT harvest_admission_guard(
                $17::bigint IS NULL
                OR (total.running + (SELECT count(*) FROM run) <= $17::bigint
+                   AND ($18::boolean IS NOT TRUE OR total.running + (SELECT count(*) FROM run) <= total.lease)
                    AND NOT EXISTS (SELECT 1
                                    FROM counted AS c
                                    JOIN unnest($15::text[], $16::bigint[]) AS g (tenant, cap) USING (tenant)
@@ -73,6 +76,7 @@ SELECT run.tenant, run.id, run.pk, task.id, task.state = 'pending',
        counted.running,
        total.running,
        now(),
+       total.lease,
        guarded.ok
 FROM run
 JOIN task ON task.run_pk = run.pk

@@ -1,5 +1,6 @@
--- The tenant's unfinished runs and the shard's total. A statement after the
--- lock sees every start of the tenant that committed before the lock was
--- granted; later ones wait for the lock.
+-- The tenant's unfinished runs, the shard's total and the shard's capacity
+-- lease. A statement after the locks sees every start of the tenant that
+-- committed before they were granted; later ones wait for them.
 SELECT coalesce((SELECT running FROM tenant_running WHERE tenant = $1), 0)::bigint,
-       coalesce((SELECT sum(running) FROM tenant_running), 0)::bigint
+       coalesce((SELECT sum(running) FROM tenant_running), 0)::bigint,
+       harvest_shard_lease()
