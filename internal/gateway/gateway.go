@@ -61,7 +61,7 @@ type Gateway struct {
 	log      *slog.Logger
 	subjects dispatch.Subjects
 
-	shards     []*pgxpool.Pool
+	shards []*pgxpool.Pool
 	// leasePools are small pools of their own for moving capacity
 	// leases: a start that runs out of its shard's lease takes more while
 	// its transaction holds a connection of the shard pool, and must not
