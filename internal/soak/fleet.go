@@ -55,6 +55,12 @@ type Options struct {
 	// WorkersPerShard is the number of worker processes per shard
 	// (default 2).
 	WorkersPerShard int
+	// NoWorkers starts no worker at all, so that runs stay unfinished
+	// (admission tests).
+	NoWorkers bool
+	// MaxRuns is the gateways' system limit, HARVEST_MAX_RUNS (default
+	// 1,000,000: no limit in practice).
+	MaxRuns int
 	// Tenants are the tenants the load starts runs for (default acme,
 	// globex, initech).
 	Tenants []string
@@ -113,6 +119,12 @@ func (o *Options) defaults() {
 	}
 	if o.WorkersPerShard <= 0 {
 		o.WorkersPerShard = 2
+	}
+	if o.NoWorkers {
+		o.WorkersPerShard = 0
+	}
+	if o.MaxRuns <= 0 {
+		o.MaxRuns = 1_000_000
 	}
 	if len(o.Tenants) == 0 {
 		o.Tenants = []string{"acme", "globex", "initech"}
@@ -323,7 +335,7 @@ func (f *Fleet) StartGateway(ctx context.Context, i int) error {
 		// Few connections: a test server may allow only 100 in all, and
 		// other test packages share it.
 		"HARVEST_GATEWAY_POOL_SIZE=4",
-		"HARVEST_MAX_RUNS=1000000",
+		"HARVEST_MAX_RUNS="+strconv.Itoa(f.opts.MaxRuns),
 	)
 	p, err := startProc(fmt.Sprintf("gateway-%d", i), f.opts.Bins.Gateway, env)
 	if err != nil {

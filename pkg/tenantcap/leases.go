@@ -299,9 +299,14 @@ func (l *Leases) Sync(ctx context.Context, shard int) (LeaseState, error) {
 			acct = r
 		}
 	}
-	st, err := l.take(ctx, shard, acct.Granted)
+	st, err := l.State(ctx, shard)
 	if err != nil {
-		return LeaseState{}, err
+		return fail(err)
+	}
+	if acct.Granted > st.Granted {
+		if st, err = l.take(ctx, shard, acct.Granted); err != nil {
+			return LeaseState{}, err
+		}
 	}
 	if st.Returned > acct.Returned {
 		if _, err := l.dbs[0].Exec(ctx, sqlLedgerTakeReturn, shard, st.Returned); err != nil {
