@@ -205,7 +205,7 @@ func (a *Admitter) Guard(r GuardRequest) (Guard, bool) {
 	// Judged as Check judges: the other shards hold at most what the
 	// shard's lease leaves of max_runs. The lease is this gateway's last
 	// sight of it; the statement checks the real one (Guard.Lease).
-	g, ok := guard(a.config(), a.maxRuns, len(a.tenants()), max(a.maxRuns-a.leases.Cached(r.Shard), 0), local, r.Tenants, r.Starts)
+	g, ok := guard(a.config(), a.maxRuns, len(a.tenants()), max(others, a.maxRuns-a.leases.Cached(r.Shard)), local, r.Tenants, r.Starts)
 	g.Lease = true
 	return g, ok
 }
@@ -293,16 +293,16 @@ func (a *Admitter) CheckBefore(ctx context.Context, tx pgx.Tx, shard int, tenant
 	return a.judge(ctx, shard, tenant, int(own), int(local), int(lease))
 }
 
-// decide applies the rule to this shard's exact counts and a bound on the
-// other shards' unfinished runs: with a lease (lease >= 0), what the lease
-// leaves of max_runs, which the others cannot exceed however they
-// interleave; without one, their cached totals.
+// decide applies the rule to this shard's exact counts and the other
+// shards' unfinished runs: their cached totals, and with a lease (lease >=
+// 0) at least what the lease leaves of max_runs, which the others cannot
+// exceed however they interleave. (The cached totals still count when
+// they are higher: after max_runs is lowered, shards may hold more than
+// it until they give capacity back.)
 func (a *Admitter) decide(shard int, tenant string, own, local, lease int) Decision {
-	var others int
+	others, _ := a.totals.Others(shard)
 	if lease >= 0 {
-		others = max(a.maxRuns-lease, 0)
-	} else {
-		others, _ = a.totals.Others(shard)
+		others = max(others, a.maxRuns-lease)
 	}
 	d := Decide(a.config(), a.maxRuns, len(a.tenants()), local+others, own)
 	d.Tenant = tenant
