@@ -382,14 +382,11 @@ func startWorker(ctx context.Context, undo *cleanups, log *slog.Logger, shardURL
 	undo.push(func() error { nc.Close(); return nil })
 
 	cfg := worker.DefaultConfig()
-	cfg.Shards = []string{shardURL}
-	cfg.NATSURL = natsURL
 	cfg.Shard = i
 	cfg.Queues = map[string]float64{Queue: 1}
 	cfg.FairnessKeys = true
 	cfg.ID = fmt.Sprintf("dev-worker-%d", i)
 	cfg.ShutdownGrace = 5 * time.Second
-	cfg.MetricsAddr = "" // the gateway's /metrics serves the whole process
 	subj := dispatch.Subjects{}
 	w, err := worker.New(pool, cfg, worker.Options{
 		NATS: nc, Subjects: subj, Logger: log.With("service", "worker"),

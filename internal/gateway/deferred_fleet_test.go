@@ -111,7 +111,7 @@ func TestDeferredFiredByAJanitorWakesTheWorkers(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(wnc.Close)
 	cfg := worker.DefaultConfig()
-	cfg.Shards, cfg.Shard = b.urls, 0
+	cfg.Shard = 0
 	cfg.Queues = map[string]float64{"wq": 1}
 	cfg.MaxConcurrentClaims = 1
 	cfg.PollInterval = time.Minute

@@ -60,20 +60,6 @@ func DefaultSettings() Settings {
 		FairRepairInterval: DefaultFairRepairInterval}
 }
 
-// Validate names the variable of a bad setting.
-func (s Settings) Validate() error {
-	if s.Retention <= 0 {
-		return fmt.Errorf("HARVEST_RETENTION: %s must be positive", s.Retention)
-	}
-	if s.BucketGC && s.BucketIdleWindow <= 0 {
-		return fmt.Errorf("HARVEST_RATE_BUCKET_IDLE_WINDOW: %s must be positive", s.BucketIdleWindow)
-	}
-	if s.FairRepairInterval < 0 {
-		return fmt.Errorf("HARVEST_FAIR_REPAIR_INTERVAL: %s must not be negative", s.FairRepairInterval)
-	}
-	return nil
-}
-
 // DB is what the janitor needs of a shard: a *pgxpool.Pool qualifies.
 type DB interface {
 	claim.DB

@@ -209,19 +209,6 @@ func TestOnlyOneJanitorDoesTheExclusiveJobsAtOnce(t *testing.T) {
 	require.False(t, rep.Exclusive)
 }
 
-func TestSettingsValidate(t *testing.T) {
-	t.Parallel()
-	require.NoError(t, janitor.DefaultSettings().Validate())
-	s := janitor.DefaultSettings()
-	s.Retention = 0
-	require.ErrorContains(t, s.Validate(), "HARVEST_RETENTION")
-	s = janitor.DefaultSettings()
-	s.BucketIdleWindow = -time.Second
-	require.ErrorContains(t, s.Validate(), "HARVEST_RATE_BUCKET_IDLE_WINDOW")
-	s.BucketGC = false
-	require.NoError(t, s.Validate(), "the window only matters while the GC is on")
-}
-
 // A key whose fairness head was lost (here wiped by hand, as a bulk load
 // past the triggers or a stray edit would leave it) gets no fair claim
 // while another key has work; the janitor's repair rebuilds its head from

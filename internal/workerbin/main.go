@@ -24,24 +24,6 @@ import (
 	"github.com/harvest-run/harvest/pkg/worker"
 )
 
-// Config is the stock worker's configuration: the runtime's, plus the
-// bridge's reply timeout.
-type Config struct {
-	worker.Config
-	HandleTimeout time.Duration `envconfig:"WORKER_HANDLE_TIMEOUT" default:"5m" desc:"how long the NATS bridge waits for a service's reply (a run's timeout, when shorter, wins)"`
-}
-
-// Validate checks the configuration and names the variable at fault.
-func (c Config) Validate() error {
-	if err := c.Config.Validate(); err != nil {
-		return err
-	}
-	if c.HandleTimeout <= 0 {
-		return fmt.Errorf("HARVEST_WORKER_HANDLE_TIMEOUT: %s must be positive", c.HandleTimeout)
-	}
-	return nil
-}
-
 // Usage writes the help text: what the worker does and every variable it
 // reads, with its default.
 func Usage(w io.Writer) { binary.Usage(w, &Config{}) }
@@ -123,7 +105,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer nc.Close()
 
 	subj := dispatch.Subjects{}
-	w, err := worker.New(pool, cfg.Config, worker.Options{
+	w, err := worker.New(pool, cfg.Worker(), worker.Options{
 		NATS: nc, Subjects: subj, Logger: log,
 		Fallback: Bridge{NC: nc, Subjects: subj, Timeout: cfg.HandleTimeout},
 	})
@@ -131,7 +113,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	RegisterDemo(w)
-	unregister, err := worker.BacklogMetrics(pool, cfg.Shard, cfg.QueueNames())
+	unregister, err := worker.BacklogMetrics(pool, cfg.Shard, cfg.Worker().QueueNames())
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,6 @@ func (w *Worker) janitorTick(rep janitor.Report, err error) {
 		w.wake.fire()
 	}
 	if w.hooks.Janitor != nil {
-		w.hooks.Janitor(rep, err)
+		w.hooks.Janitor(janitorReport(rep), err)
 	}
 }

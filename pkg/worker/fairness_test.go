@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/harvest-run/harvest/internal/janitor"
 	"github.com/harvest-run/harvest/pkg/worker"
 )
 
@@ -148,7 +147,7 @@ func TestNoGoroutineLeftAfterStop(t *testing.T) {
 			c.JanitorInterval = 10 * time.Millisecond
 			c.HeartbeatInterval = 5 * time.Millisecond
 		},
-		Hooks: worker.Hooks{Janitor: func(janitor.Report, error) { ticks <- struct{}{} }},
+		Hooks: worker.Hooks{Janitor: func(worker.JanitorReport, error) { ticks <- struct{}{} }},
 		Handlers: map[string]worker.HandlerFunc{
 			"sleepy": func(ctx context.Context, tk worker.Task) (worker.Result, error) {
 				select {

@@ -145,7 +145,6 @@ func (b *bundle) drain(t *testing.T, slots, batch, n int) {
 			c.MaxConcurrentClaims = slots
 			c.ClaimBatch = batch
 			c.RunJanitor = false
-			c.MetricsAddr = ""
 			c.ID = fmt.Sprintf("w%d", i)
 		}}))
 	}

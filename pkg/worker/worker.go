@@ -73,7 +73,38 @@ type Hooks struct {
 	// Finished runs after an attempt's outcome was recorded.
 	Finished func(Task, Outcome, error)
 	// Janitor sees every janitor tick.
-	Janitor func(janitor.Report, error)
+	Janitor func(JanitorReport, error)
+}
+
+// JanitorReport counts what one janitor tick did.
+type JanitorReport struct {
+	Requeued       int  // expired leases put back as pending
+	FailedRuns     int  // runs failed because an expired lease used their last attempt
+	Promoted       int  // scheduled tasks made claimable
+	Exclusive      bool // this janitor held the shard's maintenance lock for the jobs below
+	Recounted      int  // tenants whose running count was wrong and was fixed
+	DeletedRuns    int  // finished runs deleted past the retention period
+	DeletedBuckets int  // idle rate buckets dropped
+	PrunedKeys     int  // idle fairness state rows pruned
+	RepairedKeys   int  // keys whose fairness head was wrong and was rebuilt
+	// Deferred starts (throttle, debounce, batch): runs fired, groups
+	// closed because their waiting run was cancelled, finished groups
+	// pruned.
+	DeferredFired     int
+	DeferredCancelled int
+	DeferredPruned    int
+}
+
+func janitorReport(r janitor.Report) JanitorReport {
+	return JanitorReport{Requeued: r.Requeued, FailedRuns: r.FailedRuns, Promoted: r.Promoted, Exclusive: r.Exclusive,
+		Recounted: r.Recounted, DeletedRuns: r.DeletedRuns, DeletedBuckets: r.DeletedBuckets, PrunedKeys: r.PrunedKeys,
+		RepairedKeys: r.RepairedKeys, DeferredFired: r.DeferredFired, DeferredCancelled: r.DeferredCancelled,
+		DeferredPruned: r.DeferredPruned}
+}
+
+func janitorSettings(c JanitorConfig) janitor.Settings {
+	return janitor.Settings{Retention: c.Retention, BucketGC: c.BucketGC, BucketIdleWindow: c.BucketIdleWindow,
+		FairRepairInterval: c.FairRepairInterval}
 }
 
 // Options are the worker's collaborators besides its configuration.
@@ -126,17 +157,13 @@ type Worker struct {
 	completer *completer
 }
 
-// New checks cfg and makes a worker on db, the pool of the shard cfg.Shard.
-// cfg.Shards is not used (the caller connected already), so an embedding
-// service may leave it empty.
+// New checks cfg and makes a worker on db, the pool of the shard cfg.Shard
+// (migrated with pkg/migrate).
 func New(db *pgxpool.Pool, cfg Config, opts Options) (*Worker, error) {
 	if db == nil {
 		return nil, errors.New("worker: nil database pool")
 	}
-	if cfg.Shard < 0 {
-		return nil, fmt.Errorf("HARVEST_WORKER_SHARD: %d must not be negative", cfg.Shard)
-	}
-	if err := cfg.validateRuntime(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.ID == "" {
@@ -217,7 +244,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	var bg conc.WaitGroup
 	if w.cfg.RunJanitor {
 		bg.Go(func() {
-			janitor.Run(claimCtx, w.db, w.cfg.Settings, w.cfg.JanitorInterval, w.log, w.janitorTick)
+			janitor.Run(claimCtx, w.db, janitorSettings(w.cfg.Janitor), w.cfg.JanitorInterval, w.log, w.janitorTick)
 		})
 	}
 	var loops conc.WaitGroup

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -411,64 +412,49 @@ func TestDispatchClaimsTheNamedRowOrClaimsFairly(t *testing.T) {
 func TestWorkerRefusesABadQueueNameWhenFair(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig()
-	cfg.Shards = []string{"postgres://x/y"}
 	cfg.FairnessKeys = true
 	cfg.Queues = map[string]float64{"ok": 1, " padded": 1}
 	err := cfg.Validate()
-	require.Error(t, err)
-	require.Contains(t, err.Error(), "HARVEST_WORKER_QUEUES")
+	var ce *worker.ConfigError
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, "Queues", ce.Field)
 	require.Contains(t, err.Error(), `" padded"`)
 
 	cfg.FairnessKeys = false
 	require.NoError(t, cfg.Validate(), "without fairness keys the weight API's rule does not apply")
 }
 
-func TestConfigValidateNamesTheVariable(t *testing.T) {
+// Validate names the Go field at fault, and New refuses what Validate
+// refuses.
+func TestConfigValidateNamesTheField(t *testing.T) {
 	t.Parallel()
-	base := testConfig()
-	base.Shards = []string{"postgres://x/y"}
-	require.NoError(t, base.Validate())
+	require.NoError(t, worker.DefaultConfig().Validate())
 	cases := map[string]func(*worker.Config){
-		"HARVEST_WORKER_SHARD":                 func(c *worker.Config) { c.Shard = 1 },
-		"HARVEST_WORKER_QUEUES":                func(c *worker.Config) { c.Queues = map[string]float64{"q": 0} },
-		"HARVEST_WORKER_MAX_CONCURRENT_CLAIMS": func(c *worker.Config) { c.MaxConcurrentClaims = 0 },
-		"HARVEST_WORKER_PRIORITY_AGING_SECS":   func(c *worker.Config) { c.PriorityAgingSecs = -1 },
-		"HARVEST_WORKER_POLL_INTERVAL":         func(c *worker.Config) { c.PollInterval = 0 },
-		"HARVEST_WORKER_HEARTBEAT_INTERVAL":    func(c *worker.Config) { c.HeartbeatInterval = c.Lease },
-		"HARVEST_WORKER_SHUTDOWN_GRACE":        func(c *worker.Config) { c.ShutdownGrace = -time.Second },
-		"HARVEST_WORKER_RETRY_MAX":             func(c *worker.Config) { c.RetryMax = c.RetryBase / 2 },
-		"HARVEST_RETENTION":                    func(c *worker.Config) { c.Retention = 0 },
-		"HARVEST_RATE_BUCKET_IDLE_WINDOW":      func(c *worker.Config) { c.BucketIdleWindow = 0 },
-		"HARVEST_SHARDS":                       func(c *worker.Config) { c.Shards = nil },
+		"Shard":                    func(c *worker.Config) { c.Shard = -1 },
+		"Queues":                   func(c *worker.Config) { c.Queues = map[string]float64{"q": 0} },
+		"MaxConcurrentClaims":      func(c *worker.Config) { c.MaxConcurrentClaims = 0 },
+		"PriorityAgingSecs":        func(c *worker.Config) { c.PriorityAgingSecs = -1 },
+		"PollInterval":             func(c *worker.Config) { c.PollInterval = 0 },
+		"HeartbeatInterval":        func(c *worker.Config) { c.HeartbeatInterval = c.Lease },
+		"ShutdownGrace":            func(c *worker.Config) { c.ShutdownGrace = -time.Second },
+		"RetryMax":                 func(c *worker.Config) { c.RetryMax = c.RetryBase / 2 },
+		"Janitor.Retention":        func(c *worker.Config) { c.Janitor.Retention = 0 },
+		"Janitor.BucketIdleWindow": func(c *worker.Config) { c.Janitor.BucketIdleWindow = 0 },
 	}
-	for name, mutate := range cases {
-		c := base
+	for field, mutate := range cases {
+		c := testConfig()
 		c.Queues = map[string]float64{"q": 1}
 		mutate(&c)
 		err := c.Validate()
-		require.Error(t, err, name)
-		require.True(t, strings.HasPrefix(err.Error(), name), "%s: %v", name, err)
+		var ce *worker.ConfigError
+		require.ErrorAs(t, err, &ce, field)
+		require.Equal(t, field, ce.Field)
+		require.True(t, strings.HasPrefix(err.Error(), "worker: Config."+field+": "), "%s: %v", field, err)
+		require.NotContains(t, err.Error(), "HARVEST_", "a library error names no variable")
+		_, err = worker.New(&pgxpool.Pool{}, c, worker.Options{})
+		require.ErrorAs(t, err, &ce, field)
 	}
-}
-
-func TestLoadConfigFromEnvironment(t *testing.T) {
-	t.Setenv("HARVEST_SHARDS", "postgres://a/s0,postgres://a/s1")
-	t.Setenv("HARVEST_WORKER_SHARD", "1")
-	t.Setenv("HARVEST_WORKER_QUEUES", "shared:3,batch:1")
-	t.Setenv("HARVEST_WORKER_FAIRNESS_KEYS", "true")
-	t.Setenv("HARVEST_RETENTION", "24h")
-	cfg, err := worker.LoadConfig()
-	require.NoError(t, err)
-	require.Equal(t, 1, cfg.Shard)
-	require.Equal(t, map[string]float64{"shared": 3, "batch": 1}, cfg.Queues)
-	require.True(t, cfg.FairnessKeys)
-	require.Equal(t, 24*time.Hour, cfg.Retention)
-	require.Equal(t, 50, cfg.MaxConcurrentClaims)
-	require.Equal(t, 50, cfg.ClaimBatch, "batch claims by default")
-	require.Equal(t, worker.DefaultConfig().Lease, cfg.Lease)
-	require.True(t, cfg.BucketGC)
-
-	t.Setenv("HARVEST_WORKER_LEASE", "soon")
-	_, err = worker.LoadConfig()
-	require.ErrorContains(t, err, "HARVEST_WORKER_LEASE")
+	c := worker.DefaultConfig()
+	c.Janitor.BucketGC, c.Janitor.BucketIdleWindow = false, 0
+	require.NoError(t, c.Validate(), "the idle window only matters while the GC is on")
 }

@@ -1,0 +1,96 @@
+package workerbin
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/internal/janitor"
+	"github.com/harvest-run/harvest/pkg/worker"
+)
+
+// Config is the stock worker's configuration as the environment gives it:
+// the runtime's settings (worker.Config, field for field, with the same
+// names), where to reach the shard and NATS, the metrics listener and the
+// bridge's reply timeout. Defaults are worker.DefaultConfig's.
+type Config struct {
+	config.Common
+
+	Shard  int                `envconfig:"WORKER_SHARD" default:"0" desc:"index in HARVEST_SHARDS of the shard this worker serves"`
+	Queues map[string]float64 `envconfig:"WORKER_QUEUES" default:"default:1" desc:"queues served, with their share of the claims (queue:weight,...)"`
+
+	FairnessKeys        bool `envconfig:"WORKER_FAIRNESS_KEYS" default:"false" desc:"claim each queue's tasks in weighted fair order of their fairness keys"`
+	MaxConcurrentClaims int  `envconfig:"WORKER_MAX_CONCURRENT_CLAIMS" default:"50" desc:"the number of tasks run at once: claim loops of one task each, or, with HARVEST_WORKER_CLAIM_BATCH above 1, task slots filled by batch claims"`
+	PriorityAgingSecs   int  `envconfig:"WORKER_PRIORITY_AGING_SECS" default:"0" desc:"raise a waiting task by one priority level per this many seconds (0: off)"`
+
+	ClaimBatch    int `envconfig:"WORKER_CLAIM_BATCH" default:"50" desc:"most tasks one claim statement takes (1: one claim per task, each in its own loop); above 1 the worker claims in batches, runs up to HARVEST_WORKER_MAX_CONCURRENT_CLAIMS tasks at once and records completions in batches"`
+	BatchClaimers int `envconfig:"WORKER_BATCH_CLAIMERS" default:"1" desc:"claim statements in flight at once when HARVEST_WORKER_CLAIM_BATCH is above 1"`
+	CompleteBatch int `envconfig:"WORKER_COMPLETE_BATCH" default:"256" desc:"most completions recorded in one statement when HARVEST_WORKER_CLAIM_BATCH is above 1"`
+
+	PollInterval      time.Duration `envconfig:"WORKER_POLL_INTERVAL" default:"1s" desc:"how often an idle claim loop looks for work without a wake-up (jittered)"`
+	Lease             time.Duration `envconfig:"WORKER_LEASE" default:"30s" desc:"lease of a claimed task; a heartbeat extends it by this much"`
+	HeartbeatInterval time.Duration `envconfig:"WORKER_HEARTBEAT_INTERVAL" default:"10s" desc:"time between heartbeats of a running task; must be shorter than the lease"`
+	ShutdownGrace     time.Duration `envconfig:"WORKER_SHUTDOWN_GRACE" default:"30s" desc:"on SIGTERM, how long running tasks may finish before they are handed back"`
+	StickyFor         time.Duration `envconfig:"WORKER_STICKY_FOR" default:"10s" desc:"how long a continuation stays reserved for the worker that made it"`
+	RetryBase         time.Duration `envconfig:"WORKER_RETRY_BASE" default:"1s" desc:"first retry delay of a failed attempt; doubled per attempt, with jitter"`
+	RetryMax          time.Duration `envconfig:"WORKER_RETRY_MAX" default:"5m" desc:"largest retry delay"`
+	ID                string        `envconfig:"WORKER_ID" desc:"worker id recorded on claimed tasks (default: host name and process id)"`
+
+	RunJanitor      bool          `envconfig:"WORKER_JANITOR" default:"true" desc:"run the janitor (lease rescue, promotion, recount, retention) in this worker"`
+	JanitorInterval time.Duration `envconfig:"WORKER_JANITOR_INTERVAL" default:"5s" desc:"time between janitor ticks"`
+	janitor.Settings
+
+	MetricsAddr   string        `envconfig:"WORKER_METRICS_ADDR" default:":9464" desc:"listen address of /metrics (empty: no metrics server)"`
+	HandleTimeout time.Duration `envconfig:"WORKER_HANDLE_TIMEOUT" default:"5m" desc:"how long the NATS bridge waits for a service's reply (a run's timeout, when shorter, wins)"`
+}
+
+// Worker is the runtime's part of the configuration.
+func (c Config) Worker() worker.Config {
+	return worker.Config{
+		Shard: c.Shard, Queues: c.Queues, FairnessKeys: c.FairnessKeys,
+		MaxConcurrentClaims: c.MaxConcurrentClaims, PriorityAgingSecs: c.PriorityAgingSecs,
+		ClaimBatch: c.ClaimBatch, BatchClaimers: c.BatchClaimers, CompleteBatch: c.CompleteBatch,
+		PollInterval: c.PollInterval, Lease: c.Lease, HeartbeatInterval: c.HeartbeatInterval,
+		ShutdownGrace: c.ShutdownGrace, StickyFor: c.StickyFor, RetryBase: c.RetryBase, RetryMax: c.RetryMax,
+		ID: c.ID, RunJanitor: c.RunJanitor, JanitorInterval: c.JanitorInterval,
+		Janitor: worker.JanitorConfig{Retention: c.Retention, BucketGC: c.BucketGC,
+			BucketIdleWindow: c.BucketIdleWindow, FairRepairInterval: c.FairRepairInterval},
+	}
+}
+
+// Validate checks the configuration and names the variable at fault.
+func (c Config) Validate() error {
+	if err := c.Common.Validate(); err != nil {
+		return err
+	}
+	if c.Shard < 0 || c.Shard >= len(c.Shards) {
+		return fmt.Errorf("HARVEST_WORKER_SHARD: %d is not a shard index: HARVEST_SHARDS lists %d shards (0 to %d)",
+			c.Shard, len(c.Shards), len(c.Shards)-1)
+	}
+	if err := c.Worker().Validate(); err != nil {
+		return envError(err)
+	}
+	if c.HandleTimeout <= 0 {
+		return fmt.Errorf("HARVEST_WORKER_HANDLE_TIMEOUT: %s must be positive", c.HandleTimeout)
+	}
+	return nil
+}
+
+// envError names the variable of a worker.Config field in its error: the
+// field of Config with the same name (the janitor's by its last part).
+func envError(err error) error {
+	var ce *worker.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	name := ce.Field[strings.LastIndex(ce.Field, ".")+1:]
+	if f, ok := reflect.TypeFor[Config]().FieldByName(name); ok {
+		if tag := f.Tag.Get("envconfig"); tag != "" {
+			return fmt.Errorf("%s_%s: %s", config.Prefix, tag, ce.Message)
+		}
+	}
+	return err
+}
