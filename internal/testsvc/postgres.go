@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,6 +65,9 @@ var server struct {
 func Main(m *testing.M) {
 	mainRunning.Store(true)
 	code := m.Run()
+	if err := dropTemplate(); err != nil {
+		fmt.Fprintln(os.Stderr, "testsvc:", err)
+	}
 	if err := stopCluster(); err != nil {
 		fmt.Fprintln(os.Stderr, "testsvc:", err)
 		if code == 0 {
@@ -272,8 +276,9 @@ func NewEmptyDBURL(t testing.TB) string {
 	return newDB(t, ServerURL(t), false)
 }
 
-// newDB creates a database on the server at adminURL, optionally migrates
-// it, registers its drop with t.Cleanup and returns its URL.
+// newDB creates a database on the server at adminURL, migrated (a copy of
+// the process's migrated template) or empty, registers its drop with
+// t.Cleanup and returns its URL.
 func newDB(t testing.TB, adminURL string, migrate bool) string {
 	t.Helper()
 	name := RandomName("harvest_test_")
@@ -281,8 +286,16 @@ func newDB(t testing.TB, adminURL string, migrate bool) string {
 	defer cancel()
 
 	// template0 takes no connections, so concurrent creates cannot collide
-	// on it, and nobody can have left anything in it.
-	if err := adminExec(ctx, adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0"); err != nil {
+	// on it, and nobody can have left anything in it; the migrated
+	// template takes none either once it is made.
+	from := "template0"
+	if migrate {
+		var err error
+		if from, err = migratedTemplate(ctx, adminURL); err != nil {
+			t.Fatalf("testsvc: %v", err)
+		}
+	}
+	if err := adminExec(ctx, adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{from}.Sanitize()); err != nil {
 		t.Fatalf("testsvc: create database %s: %v", name, err)
 	}
 	t.Cleanup(func() {
@@ -293,22 +306,113 @@ func newDB(t testing.TB, adminURL string, migrate bool) string {
 		}
 	})
 
-	dbURL := withDatabase(adminURL, name)
-	if migrate {
-		conn, err := pgx.Connect(ctx, dbURL)
-		if err != nil {
-			t.Fatalf("testsvc: connect to %s: %v", name, err)
-		}
-		defer conn.Close(context.WithoutCancel(ctx))
-		if _, err := schema.Migrate(ctx, conn); err != nil {
-			t.Fatalf("testsvc: migrate %s: %v", name, err)
+	return withDatabase(adminURL, name)
+}
+
+// templates are the process's migrated databases, one per server by its
+// admin URL, copied for every test database instead of migrating each one
+// from scratch.
+var templates struct {
+	mu    sync.Mutex
+	byURL map[string]string
+}
+
+// templatePrefix starts the name of every template; the process id follows,
+// so a template left by a killed process can be told from a live one's.
+const templatePrefix = "harvest_tmpl_"
+
+// migratedTemplate returns the process's migrated template database,
+// making it on the first call: created from template0, migrated, then
+// closed to connections, so that copies of it can be made at once.
+func migratedTemplate(ctx context.Context, adminURL string) (string, error) {
+	templates.mu.Lock()
+	defer templates.mu.Unlock()
+	if name, ok := templates.byURL[adminURL]; ok {
+		return name, nil
+	}
+	dropStaleTemplates(ctx, adminURL)
+	name := RandomName(fmt.Sprintf("%s%d_", templatePrefix, os.Getpid()))
+	quoted := pgx.Identifier{name}.Sanitize()
+	if err := adminExec(ctx, adminURL, "CREATE DATABASE "+quoted+" TEMPLATE template0"); err != nil {
+		return "", fmt.Errorf("create template %s: %w", name, err)
+	}
+	conn, err := pgx.Connect(ctx, withDatabase(adminURL, name))
+	if err == nil {
+		_, err = schema.Migrate(ctx, conn)
+		_ = conn.Close(context.WithoutCancel(ctx))
+	}
+	if err == nil {
+		err = adminExec(ctx, adminURL, "ALTER DATABASE "+quoted+" WITH ALLOW_CONNECTIONS false IS_TEMPLATE true")
+	}
+	if err != nil {
+		_ = dropDatabase(ctx, adminURL, name, true)
+		return "", fmt.Errorf("migrate template %s: %w", name, err)
+	}
+	if templates.byURL == nil {
+		templates.byURL = map[string]string{}
+	}
+	templates.byURL[adminURL] = name
+	return name, nil
+}
+
+// dropTemplate drops the process's templates on the servers still up
+// (one this process started is stopped with them in it).
+func dropTemplate() error {
+	templates.mu.Lock()
+	defer templates.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	var errs []error
+	for url, name := range templates.byURL {
+		if err := dropDatabase(ctx, url, name, true); err != nil && !unreachable(err) {
+			errs = append(errs, err)
 		}
 	}
-	return dbURL
+	templates.byURL = nil
+	return errors.Join(errs...)
+}
+
+// dropStaleTemplates drops the templates of processes that are gone (a
+// test binary killed before its Main could drop its own). Best effort: a
+// failure leaves them for the next process.
+func dropStaleTemplates(ctx context.Context, adminURL string) {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return
+	}
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE $1`, templatePrefix+"%")
+	var names []string
+	if err == nil {
+		names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	_ = conn.Close(context.WithoutCancel(ctx))
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		pid, _, ok := strings.Cut(strings.TrimPrefix(n, templatePrefix), "_")
+		p, perr := strconv.Atoi(pid)
+		if !ok || perr != nil || p == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(p, 0); errors.Is(err, syscall.ESRCH) {
+			_ = dropDatabase(ctx, adminURL, n, true)
+		}
+	}
 }
 
 func dropDB(ctx context.Context, adminURL, name string) error {
-	if err := adminExec(ctx, adminURL, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+	return dropDatabase(ctx, adminURL, name, false)
+}
+
+// dropDatabase drops a database, even one that is marked a template
+// (which must be unmarked first) or has connections open.
+func dropDatabase(ctx context.Context, adminURL, name string, isTemplate bool) error {
+	quoted := pgx.Identifier{name}.Sanitize()
+	if isTemplate {
+		_ = adminExec(ctx, adminURL, "ALTER DATABASE "+quoted+" WITH IS_TEMPLATE false")
+	}
+	if err := adminExec(ctx, adminURL, "DROP DATABASE IF EXISTS "+quoted+" WITH (FORCE)"); err != nil {
 		return fmt.Errorf("drop database %s: %w", name, err)
 	}
 	return nil

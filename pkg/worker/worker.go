@@ -19,18 +19,14 @@ import (
 	"github.com/harvest-run/harvest/internal/janitor"
 	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/dispatch"
+
+	"github.com/harvest-run/harvest/internal/sqlfile"
 )
 
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string {
-	b, err := sqlFiles.ReadFile("sql/" + name + ".sql")
-	if err != nil {
-		panic(fmt.Sprintf("worker: missing embedded query %s: %v", name, err))
-	}
-	return string(b)
-}
+func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
 
 var (
 	sqlRunOfTask       = mustSQL("RunOfTask")
