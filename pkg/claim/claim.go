@@ -77,7 +77,7 @@ type Request struct {
 	// rate buckets, charged_at). Zero means the database clock. Leases
 	// always use the database clock.
 	Now       time.Time
-	Fair      bool          // serve fairness keys in weighted round robin
+	Fair      bool          // claim in weighted fair order of the fairness keys (start-time fair queuing)
 	AgingSecs int           // > 0: one priority level per AgingSecs waited
 	Lease     time.Duration // zero: DefaultLease
 }
