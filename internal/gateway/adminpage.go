@@ -15,9 +15,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 	"github.com/harvest-run/harvest/pkg/weights"
@@ -387,26 +388,23 @@ func (g *Gateway) dashboard(w http.ResponseWriter, r *http.Request, status int, 
 // reports them.
 func (g *Gateway) overrideQueues(ctx context.Context) ([]queueRow, bool) {
 	names := map[string]bool{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, pool := range g.shards {
-		wg.Go(func() {
-			rows, err := pool.Query(ctx, `SELECT DISTINCT queue FROM weight_overrides ORDER BY queue LIMIT $1`, pageQueues+1)
-			if err != nil {
-				return
-			}
-			qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			for _, q := range qs {
-				names[q] = true
-			}
-			mu.Unlock()
-		})
+	// A shard that does not answer is listed as unavailable under each
+	// queue (its queues cannot be known), and logged.
+	var missing []int
+	for _, a := range shards.Each(ctx, g.shards, nil, weights.DefaultShardTimeout,
+		func(ctx context.Context, _ int, pool *pgxpool.Pool) ([]string, error) {
+			return weights.Queues(ctx, pool, pageQueues+1)
+		}) {
+		if a.Err != nil {
+			missing = append(missing, a.Shard)
+			g.log.Warn("admin page: list the queues with overrides", "shard", a.Shard, "err", a.Err)
+			continue
+		}
+		for _, q := range a.Value {
+			names[q] = true
+		}
 	}
-	wg.Wait()
+	var wg sync.WaitGroup
 	list := sortedKeys(names)
 	truncated := len(list) > pageQueues
 	if truncated {
@@ -415,9 +413,10 @@ func (g *Gateway) overrideQueues(ctx context.Context) ([]queueRow, bool) {
 	out := make([]queueRow, len(list))
 	for i, q := range list {
 		wg.Go(func() {
-			out[i] = queueRow{Queue: q, Uniform: true}
+			out[i] = queueRow{Queue: q, Uniform: true, Unavailable: missing}
 			res, err := weights.Get(ctx, g.weightShards(), q)
 			if err != nil {
+				g.log.Warn("admin page: read the overrides of a queue", "queue", q, "err", err)
 				return
 			}
 			out[i].Overrides, out[i].Uniform, out[i].Unavailable = res.Overrides, res.WeightsUniform, res.UnavailableShards

@@ -5,8 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"strconv"
-	"sync"
 
+	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/weights"
 )
@@ -94,18 +94,22 @@ func (g *Gateway) auditPage(ctx context.Context, cursor string, limit, only int)
 	}
 	pages := make([]weights.AuditPage, n)
 	errs := make([]error, n)
-	var wg sync.WaitGroup
+	var ask []int
 	for i := range n {
-		if pos[i] == auditDone {
-			continue
+		if pos[i] != auditDone {
+			ask = append(ask, i)
 		}
-		c := ""
-		if pos[i] != auditFromTop {
-			c = strconv.FormatInt(pos[i], 10)
-		}
-		wg.Go(func() { pages[i], errs[i] = weights.AuditList(ctx, g.shards[i], c, limit) })
 	}
-	wg.Wait()
+	for _, a := range shards.Each(ctx, ask, func(_, i int) int { return i }, 0,
+		func(ctx context.Context, i, _ int) (weights.AuditPage, error) {
+			c := ""
+			if pos[i] != auditFromTop {
+				c = strconv.FormatInt(pos[i], 10)
+			}
+			return weights.AuditList(ctx, g.shards[i], c, limit)
+		}) {
+		pages[a.Shard], errs[a.Shard] = a.Value, a.Err
+	}
 	out := AuditPage{Entries: []AuditEntry{}, UnavailableShards: []int{}}
 	asked := 0
 	for i := range n {

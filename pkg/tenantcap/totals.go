@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/harvest-run/harvest/internal/shards"
 )
 
 // ShardTotal is the last figure read from one shard.
@@ -64,33 +66,21 @@ func (c *Totals) Interval() time.Duration { return c.interval }
 func (c *Totals) Refresh(ctx context.Context) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
-	type res struct {
-		n   int
-		at  time.Time
-		err error
-	}
-	out := make([]res, len(c.dbs))
-	var wg sync.WaitGroup
-	for i, db := range c.dbs {
-		wg.Go(func() {
-			rctx, cancel := context.WithTimeout(ctx, c.timeout)
-			defer cancel()
-			at := time.Now()
-			var n int64
-			err := db.QueryRow(rctx, sqlShardTotal).Scan(&n)
-			out[i] = res{n: int(n), at: at, err: err}
-		})
-	}
-	wg.Wait()
+	out := shards.Each(ctx, c.dbs, nil, c.timeout, func(ctx context.Context, _ int, db DB) (ShardTotal, error) {
+		at := time.Now()
+		var n int64
+		err := db.QueryRow(ctx, sqlShardTotal).Scan(&n)
+		return ShardTotal{Running: int(n), ReadAt: at}, err
+	})
 	var errs []error
 	c.mu.Lock()
 	for i, r := range out {
-		if r.err != nil {
-			c.snap[i].Err = r.err
-			errs = append(errs, fmt.Errorf("shard %d: %w", i, r.err))
+		if r.Err != nil {
+			c.snap[i].Err = r.Err
+			errs = append(errs, fmt.Errorf("shard %d: %w", i, r.Err))
 			continue
 		}
-		c.snap[i] = ShardTotal{Running: r.n, ReadAt: r.at}
+		c.snap[i] = r.Value
 	}
 	c.mu.Unlock()
 	if len(errs) > 0 {

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/pkg/api"
 )
 
@@ -31,19 +31,16 @@ func BuildAdmissionView(ctx context.Context, shardDBs []DB, cur Current, maxRuns
 	for _, t := range tenants {
 		v.Running[t] = 0
 	}
-	per := make([]map[string]int, len(shardDBs))
-	errs := make([]error, len(shardDBs))
-	var wg sync.WaitGroup
-	for i, db := range shardDBs {
-		wg.Go(func() { per[i], errs[i] = runningByTenant(ctx, db) })
-	}
-	wg.Wait()
-	for i := range shardDBs {
-		if errs[i] != nil {
-			v.UnavailableShards = append(v.UnavailableShards, i)
+	var errs []error
+	for _, a := range shards.Each(ctx, shardDBs, nil, 0, func(ctx context.Context, _ int, db DB) (map[string]int, error) {
+		return runningByTenant(ctx, db)
+	}) {
+		if a.Err != nil {
+			v.UnavailableShards = append(v.UnavailableShards, a.Shard)
+			errs = append(errs, a.Err)
 			continue
 		}
-		for t, n := range per[i] {
+		for t, n := range a.Value {
 			v.Running[t] += n
 			v.RunningTotal += n
 		}

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/sourcegraph/conc/iter"
 
+	routing "github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/dispatch"
 	"github.com/harvest-run/harvest/pkg/fairkeys"
@@ -85,21 +85,14 @@ func collect(opts []Option) options {
 }
 
 // call runs fn on every shard at once, each under the shard timeout, and
-// returns the results in shard order.
+// returns the answers in shard order (the module's one fan-out,
+// internal/shards.Each).
 func call[T any](ctx context.Context, shards []Shard, o options, fn func(ctx context.Context, db DB) (T, error)) []called[T] {
-	return iter.Map(shards, func(s *Shard) called[T] {
-		sctx, cancel := context.WithTimeout(ctx, o.timeout)
-		defer cancel()
-		v, err := fn(sctx, s.DB)
-		return called[T]{shard: s.Index, v: v, err: err}
-	})
+	return routing.Each(ctx, shards, func(_ int, s Shard) int { return s.Index }, o.timeout,
+		func(ctx context.Context, _ int, s Shard) (T, error) { return fn(ctx, s.DB) })
 }
 
-type called[T any] struct {
-	shard int
-	v     T
-	err   error
-}
+type called[T any] = routing.Answer[T]
 
 func outcomeOf(shard int, err error) ShardOutcome {
 	so := ShardOutcome{Shard: shard, Outcome: OutcomeOK}
@@ -176,7 +169,7 @@ func Set(ctx context.Context, shards []Shard, actor, queue, key string, weight f
 	})
 	out := WriteResult{Queue: queue, Key: key, Weight: &weight}
 	for _, r := range res {
-		out.Shards = append(out.Shards, outcomeOf(r.shard, r.err))
+		out.Shards = append(out.Shards, outcomeOf(r.Shard, r.Err))
 	}
 	out.Message = writeMessage("set", out.Shards)
 	out.PublishErr = o.publish(ctx, out.Shards, queue, key, "weight")
@@ -198,7 +191,7 @@ func Clear(ctx context.Context, shards []Shard, actor, queue, key string, opts .
 	})
 	out := WriteResult{Queue: queue, Key: key}
 	for _, r := range res {
-		out.Shards = append(out.Shards, outcomeOf(r.shard, r.err))
+		out.Shards = append(out.Shards, outcomeOf(r.Shard, r.Err))
 	}
 	out.Message = writeMessage("cleared", out.Shards)
 	out.PublishErr = o.publish(ctx, out.Shards, queue, key, "weight")
@@ -244,15 +237,15 @@ func Get(ctx context.Context, shards []Shard, queue string, opts ...Option) (Rea
 	var answered []int
 	detail := make([]ShardWeights, len(res))
 	for i, r := range res {
-		so := outcomeOf(r.shard, r.err)
-		detail[i] = ShardWeights{Shard: r.shard, Outcome: so.Outcome, Message: so.Message, Differing: []KeyWeight{}}
-		if r.err != nil {
-			out.UnavailableShards = append(out.UnavailableShards, r.shard)
+		so := outcomeOf(r.Shard, r.Err)
+		detail[i] = ShardWeights{Shard: r.Shard, Outcome: so.Outcome, Message: so.Message, Differing: []KeyWeight{}}
+		if r.Err != nil {
+			out.UnavailableShards = append(out.UnavailableShards, r.Shard)
 			continue
 		}
 		answered = append(answered, i)
-		detail[i].Overrides = len(r.v)
-		for _, ov := range r.v {
+		detail[i].Overrides = len(r.Value)
+		for _, ov := range r.Value {
 			if per[ov.Key] == nil {
 				per[ov.Key] = map[int]float64{}
 			}

@@ -25,6 +25,7 @@ var (
 	sqlWeightSetOne   = mustSQL("WeightSetOne")
 	sqlWeightClearOne = mustSQL("WeightClearOne")
 	sqlWeightList     = mustSQL("WeightList")
+	sqlWeightQueues   = mustSQL("WeightQueues")
 	sqlQuotaSetOne    = mustSQL("QuotaSetOne")
 	sqlQuotaClearOne  = mustSQL("QuotaClearOne")
 	sqlQuotaList      = mustSQL("QuotaList")
@@ -117,6 +118,20 @@ func scanChange(row pgx.Row) (Change, error) {
 	}
 	c.Overrides = int(n)
 	return c, nil
+}
+
+// Queues lists the queues that hold weight overrides on the shard of db,
+// in name order, at most limit of them.
+func Queues(ctx context.Context, db DB, limit int) ([]string, error) {
+	rows, err := db.Query(ctx, sqlWeightQueues, limit)
+	if err != nil {
+		return nil, fmt.Errorf("weights: list queues: %w", err)
+	}
+	qs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("weights: list queues: %w", err)
+	}
+	return qs, nil
 }
 
 // List returns the overrides of queue on the shard of db, by key in byte

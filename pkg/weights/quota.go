@@ -25,7 +25,7 @@ func SetQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey string
 	})
 	out := QuotaWriteResult{Queue: queue, QuotaKey: quotaKey, Quota: q}
 	for _, r := range res {
-		out.Shards = append(out.Shards, outcomeOf(r.shard, r.err))
+		out.Shards = append(out.Shards, outcomeOf(r.Shard, r.Err))
 	}
 	out.Message = writeMessage("set", out.Shards)
 	out.PublishErr = o.publish(ctx, out.Shards, queue, quotaKey, "quota")
@@ -46,7 +46,7 @@ func ClearQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey stri
 	})
 	out := QuotaWriteResult{Queue: queue, QuotaKey: quotaKey}
 	for _, r := range res {
-		out.Shards = append(out.Shards, outcomeOf(r.shard, r.err))
+		out.Shards = append(out.Shards, outcomeOf(r.Shard, r.Err))
 	}
 	out.Message = writeMessage("cleared", out.Shards)
 	out.PublishErr = o.publish(ctx, out.Shards, queue, quotaKey, "quota")
@@ -77,14 +77,14 @@ func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts 
 	var answered []int
 	detail := make([]ShardQuotas, len(res))
 	for i, r := range res {
-		so := outcomeOf(r.shard, r.err)
-		detail[i] = ShardQuotas{Shard: r.shard, Outcome: so.Outcome, Message: so.Message, Quotas: []QuotaEntry{}}
-		if r.err != nil {
-			out.UnavailableShards = append(out.UnavailableShards, r.shard)
+		so := outcomeOf(r.Shard, r.Err)
+		detail[i] = ShardQuotas{Shard: r.Shard, Outcome: so.Outcome, Message: so.Message, Quotas: []QuotaEntry{}}
+		if r.Err != nil {
+			out.UnavailableShards = append(out.UnavailableShards, r.Shard)
 			continue
 		}
 		answered = append(answered, i)
-		for _, e := range r.v {
+		for _, e := range r.Value {
 			if per[e.QuotaKey] == nil {
 				per[e.QuotaKey] = map[int]QuotaEntry{}
 			}
@@ -156,11 +156,11 @@ func Keys(ctx context.Context, shards []Shard, queue string, limit int, opts ...
 	})
 	out := KeysResult{Queue: queue, Shards: []ShardKeys{}, UnavailableShards: []int{}}
 	for _, r := range res {
-		so := outcomeOf(r.shard, r.err)
-		sk := ShardKeys{Shard: r.shard, Outcome: so.Outcome, Message: so.Message, ShardKeyList: r.v}
-		if r.err != nil {
+		so := outcomeOf(r.Shard, r.Err)
+		sk := ShardKeys{Shard: r.Shard, Outcome: so.Outcome, Message: so.Message, ShardKeyList: r.Value}
+		if r.Err != nil {
 			sk.Keys = []KeyView{}
-			out.UnavailableShards = append(out.UnavailableShards, r.shard)
+			out.UnavailableShards = append(out.UnavailableShards, r.Shard)
 		}
 		out.Shards = append(out.Shards, sk)
 	}
