@@ -12,6 +12,7 @@ import (
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // Bounds of one Fire call; what is left waits for the next call.
@@ -114,10 +115,7 @@ func fire(ctx context.Context, tx pgx.Tx, shard int, g *group, now time.Time) (*
 }
 
 // DB is what Fire needs of a shard: a *pgxpool.Pool qualifies.
-type DB interface {
-	claim.DB
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+type DB = shard.Beginner
 
 // FireOptions tune a Fire call; zero values take the defaults.
 type FireOptions struct {

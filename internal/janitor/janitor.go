@@ -8,12 +8,11 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/harvest-run/harvest/internal/deferred"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
@@ -61,10 +60,7 @@ func DefaultSettings() Settings {
 }
 
 // DB is what the janitor needs of a shard: a *pgxpool.Pool qualifies.
-type DB interface {
-	claim.DB
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+type DB = shard.Beginner
 
 // Report counts what one tick did.
 type Report struct {

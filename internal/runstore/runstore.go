@@ -17,6 +17,7 @@ import (
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 //go:embed sql/*.sql
@@ -44,9 +45,7 @@ var ErrConflict = errors.New("runstore: a run with this id exists with a differe
 var ErrNotFound = errors.New("runstore: run not found")
 
 // Beginner opens transactions: a *pgxpool.Pool or a *pgx.Conn.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+type Beginner = shard.Beginner
 
 // StartParams is one validated start, bound to its tenant and shard.
 type StartParams struct {

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 //go:embed migrations/*.sql functions/*.sql
@@ -111,9 +113,7 @@ func Latest() int {
 }
 
 // Beginner is what Migrate needs of a connection or pool.
-type Beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+type Beginner = shard.Beginner
 
 // ErrPreBaseline is returned by Migrate for a shard whose schema was made
 // by a development build from before the migrations were squashed into one

@@ -13,10 +13,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/harvest-run/harvest/internal/sqlfile"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 //go:embed sql/*.sql
@@ -44,12 +44,7 @@ var (
 
 // DB is what the package needs of a connection: *pgxpool.Pool, *pgx.Conn
 // and pgx.Tx all qualify.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
+type DB = shard.Querier
 
 // DefaultLease is the lease of a claim whose request names none.
 const DefaultLease = 30 * time.Second

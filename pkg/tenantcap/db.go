@@ -1,13 +1,10 @@
 package tenantcap
 
 import (
-	"context"
 	"embed"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/harvest-run/harvest/internal/sqlfile"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 //go:embed sql/*.sql
@@ -42,14 +39,7 @@ var (
 
 // DB is what reads need of a shard: a *pgxpool.Pool, a *pgx.Conn or a
 // pgx.Tx all qualify.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = shard.Querier
 
 // Beginner is a DB that can open transactions (a pool or a connection).
-type Beginner interface {
-	DB
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+type Beginner = shard.Beginner

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/fairkeys"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 //go:embed sql/*.sql
@@ -38,11 +38,7 @@ var (
 // *pgx.Conn and pgx.Tx all qualify. Every function acts on the shard of the
 // connection passed, and each write is a single statement: on a pool it
 // commits at once; inside a transaction it commits with it.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type DB = shard.Querier
 
 // Audit actions and outcomes written by this package.
 const (
