@@ -133,7 +133,7 @@ func (g *Gateway) audited(action, keyParam string, h http.HandlerFunc) http.Hand
 		if e.Field != "" {
 			msg = e.Field + ": " + msg
 		}
-		g.auditRefused(r, weights.Refusal{Actor: p.Name, Action: action, Queue: r.PathValue("queue"),
+		g.auditRefused(r, weights.RefusedChange{Actor: p.Name, Action: action, Queue: r.PathValue("queue"),
 			Key: r.PathValue(keyParam), Attempted: body.Bytes(), Message: msg}, e.Status == http.StatusForbidden)
 	}
 }
@@ -142,7 +142,7 @@ func (g *Gateway) audited(action, keyParam string, h http.HandlerFunc) http.Hand
 const auditBodyBytes = 4096
 
 // auditRefused writes a refusal's audit row on shard 0, folded or not.
-func (g *Gateway) auditRefused(r *http.Request, ref weights.Refusal, fold bool) {
+func (g *Gateway) auditRefused(r *http.Request, ref weights.RefusedChange, fold bool) {
 	window := time.Duration(0)
 	if fold {
 		window = weights.DefaultRefusalFold
@@ -463,7 +463,7 @@ func (g *Gateway) httpPutAdmission(w http.ResponseWriter, r *http.Request) {
 	if !p.Has(auth.ConfigWrite) {
 		// Without the privilege: one row per actor and minute, counted.
 		e := api.NewError(api.CodePermissionDenied, "token %q lacks the %s privilege", p.Name, auth.ConfigWrite)
-		g.auditRefused(r, weights.Refusal{Actor: p.Name, Action: tenantcap.AuditAction, Attempted: body, Message: e.Message}, true)
+		g.auditRefused(r, weights.RefusedChange{Actor: p.Name, Action: tenantcap.AuditAction, Attempted: body, Message: e.Message}, true)
 		writeError(w, e)
 		return
 	}

@@ -154,8 +154,8 @@ func (c *Committer) Close() {
 	c.wg.Wait()
 }
 
-// Outcome is the result of one start of StartMany.
-type Outcome struct {
+// StartOutcome is the result of one start of StartMany.
+type StartOutcome struct {
 	Result StartResult
 	Err    error
 }
@@ -170,8 +170,8 @@ func (c *Committer) Start(ctx context.Context, p StartParams) (StartResult, erro
 
 // StartMany hands all ps in at once, so they share as few transactions as
 // possible, and returns their outcomes in order.
-func (c *Committer) StartMany(ctx context.Context, ps []StartParams) []Outcome {
-	out := make([]Outcome, len(ps))
+func (c *Committer) StartMany(ctx context.Context, ps []StartParams) []StartOutcome {
+	out := make([]StartOutcome, len(ps))
 	items := make([]*pending, len(ps))
 	for i := range ps {
 		it := &pending{p: ps[i], done: make(chan struct{})}
@@ -194,9 +194,9 @@ func (c *Committer) StartMany(ctx context.Context, ps []StartParams) []Outcome {
 	for i, it := range items {
 		select {
 		case <-it.done:
-			out[i] = Outcome{Result: it.res, Err: it.err}
+			out[i] = StartOutcome{Result: it.res, Err: it.err}
 		case <-ctx.Done():
-			out[i] = Outcome{Err: ctx.Err()}
+			out[i] = StartOutcome{Err: ctx.Err()}
 		}
 	}
 	return out

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/harvest-run/harvest/internal/sqlfile"
+	"github.com/harvest-run/harvest/pkg/fairkeys"
 	"github.com/harvest-run/harvest/pkg/shard"
 )
 
@@ -97,12 +98,10 @@ type Task struct {
 	TraceContext   json.RawMessage
 }
 
-// Refusal is one row a recheck gave back during a claim.
-type Refusal struct {
-	TaskID   int64  `json:"task_id"`
-	QuotaKey string `json:"quota_key"`
-	Reason   string `json:"reason"`
-}
+// Refusal is one row a recheck gave back during a claim: the model's
+// (fairkeys.Refusal), so the claim and its reference model compare
+// directly.
+type Refusal = fairkeys.Refusal
 
 // Result is the outcome of a claim. With OK false, Empty says why
 // (EmptyNoTask or EmptyRefused) and Refused lists the refusals.

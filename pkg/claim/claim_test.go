@@ -378,7 +378,7 @@ func TestPrunePreviewMatchesAndLocksNothing(t *testing.T) {
 
 	// a..c go; d is the clock row; e still has work (and no row); the idle
 	// queue loses everything.
-	want := []claim.StateKey{{"idle", "z"}, {"q", "a"}, {"q", "b"}, {"q", "c"}}
+	want := []claim.StateKey{{Queue: "idle", Key: "z"}, {Queue: "q", Key: "a"}, {Queue: "q", Key: "b"}, {Queue: "q", Key: "c"}}
 	require.Equal(t, want, preview)
 	got, err := claim.PruneFairState(b.ctx, b.db, now, time.Minute, false)
 	require.NoError(t, err)
@@ -397,7 +397,7 @@ func TestPruneUsesDatabaseClockWhenNowIsZero(t *testing.T) {
 	for _, preview := range []bool{true, false} {
 		got, err := claim.PruneFairState(b.ctx, b.db, time.Time{}, time.Hour, preview)
 		require.NoError(t, err)
-		require.Equal(t, []claim.StateKey{{"q", "a"}}, got, "preview %v", preview)
+		require.Equal(t, []claim.StateKey{{Queue: "q", Key: "a"}}, got, "preview %v", preview)
 	}
 }
 

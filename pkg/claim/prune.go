@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/harvest-run/harvest/pkg/fairkeys"
 )
 
-// StateKey names one fairness state row.
-type StateKey struct {
-	Queue string `json:"queue"`
-	Key   string `json:"key"`
-}
+// StateKey names one fairness state row; it is the model's
+// (fairkeys.StateKey), so the claim and its reference model report pruned
+// keys alike.
+type StateKey = fairkeys.StateKey
 
 // StateRow is one key's fairness state.
 type StateRow struct {

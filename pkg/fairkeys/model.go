@@ -84,8 +84,8 @@ type KeyState struct {
 // StateKey names one fairness state row (also used for weights and quotas,
 // where Key is the quota key).
 type StateKey struct {
-	Queue string
-	Key   string
+	Queue string `json:"queue"`
+	Key   string `json:"key"`
 }
 
 // ClaimRequest describes one claim attempt.
@@ -109,10 +109,10 @@ type ClaimRequest struct {
 
 // Refusal records a row that a recheck gave back during a claim.
 type Refusal struct {
-	TaskID   int64
-	QuotaKey string
+	TaskID   int64  `json:"task_id"`
+	QuotaKey string `json:"quota_key"`
 	// Reason is ReasonConcurrencyCap or ReasonRateLimit.
-	Reason string
+	Reason string `json:"reason"`
 }
 
 // Refusal reasons.

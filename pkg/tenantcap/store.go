@@ -209,7 +209,7 @@ func RecordRefusal(ctx context.Context, shard0 DB, actor string, attempted []byt
 	}
 	// The one writer of refused rows (unfolded: a privileged caller's
 	// refused change gets a row of its own).
-	if err := weights.AuditRefused(ctx, shard0, weights.Refusal{Actor: actor, Action: AuditAction, Old: old,
+	if err := weights.AuditRefused(ctx, shard0, weights.RefusedChange{Actor: actor, Action: AuditAction, Old: old,
 		Attempted: attempted, Message: msg}, 0); err != nil {
 		return fmt.Errorf("tenantcap: write audit row: %w", err)
 	}

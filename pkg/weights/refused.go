@@ -7,8 +7,8 @@ import (
 	"github.com/harvest-run/harvest/internal/auditdoc"
 )
 
-// Refusal is a change that was refused, for the audit log.
-type Refusal struct {
+// RefusedChange is a change that was refused, for the audit log.
+type RefusedChange struct {
 	Actor  string
 	Action string // "weight.set", "quota.clear", "admission.set", ...
 	// Queue and Key are empty when the change names none.
@@ -31,7 +31,7 @@ const DefaultRefusalFold = time.Minute
 // fold of the last one raises that row's repeats instead of adding a row:
 // what a gateway does for tokens that lack the privilege, so that no
 // token can flood the log. With fold 0 every refusal gets its own row.
-func AuditRefused(ctx context.Context, db DB, r Refusal, fold time.Duration) error {
+func AuditRefused(ctx context.Context, db DB, r RefusedChange, fold time.Duration) error {
 	var queue, key any
 	if r.Queue != "" {
 		queue = r.Queue
