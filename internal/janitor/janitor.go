@@ -8,12 +8,9 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/harvest-run/harvest/internal/deferred"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/sqlfile"
-	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/shard"
-	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 //go:embed sql/*.sql
@@ -27,13 +24,7 @@ var (
 	sqlBucketDeleteIdle = mustSQL("RateBucketDeleteIdle")
 	sqlFairRepairDue    = mustSQL("FairRepairDue")
 	sqlFairVacuum       = mustSQL("FairVacuum")
-)
-
-// Batch sizes of one tick; what is left waits for the next tick.
-const (
-	rescueBatch  = 1000
-	promoteBatch = 10000
-	deleteBatch  = 5000
+	sqlClockNow         = mustSQL("ClockNow")
 )
 
 // Settings are the janitor's knobs. The envconfig tags read them from
@@ -107,34 +98,31 @@ func (r Report) WakeQueues() map[string]int {
 	return out
 }
 
-// Tick runs every job once.
+// Tick runs every job once: first the jobs every janitor runs, then, when
+// it gets the shard's janitor lock, the jobs one janitor per tick is
+// enough for (see jobs.go). A failure of the deferred firing does not hold
+// back the jobs after it; any other failure ends the tick.
 func Tick(ctx context.Context, db DB, s Settings) (Report, error) {
 	var rep Report
-	resc, err := claim.RescueExpired(ctx, db, rescueBatch)
-	if err != nil {
-		return rep, fmt.Errorf("janitor: %w", err)
-	}
-	rep.Requeued, rep.FailedRuns = resc.Requeued, resc.Failed
-	if rep.Promoted, err = claim.PromoteDue(ctx, db, "", time.Time{}, promoteBatch); err != nil {
-		return rep, fmt.Errorf("janitor: %w", err)
-	}
-	// Every janitor fires what is due: groups and throttle keys are locked
-	// one by one and skipped when another janitor (or a gateway) holds
-	// them, so firing spreads over the workers and each fires once. A
-	// failure to fire one group does not hold back the jobs below.
-	fired, fireErr := deferred.Fire(ctx, db, deferred.FireOptions{})
-	rep.DeferredFired, rep.DeferredCancelled = fired.Fired, fired.Cancelled
-	rep.DeferredStarted = fired.Started
-	if fireErr != nil {
-		fireErr = fmt.Errorf("janitor: fire deferred starts: %w", fireErr)
+	var errs []error
+	for _, j := range sharedJobs {
+		if err := j.run(ctx, db, s, &rep); err != nil {
+			err = fmt.Errorf("janitor: %s: %w", j.name(), err)
+			if !j.tolerant() {
+				return rep, errors.Join(append(errs, err)...)
+			}
+			errs = append(errs, err)
+		}
 	}
 	if err := exclusive(ctx, db, s, &rep); err != nil {
-		return rep, errors.Join(fireErr, fmt.Errorf("janitor: %w", err))
+		errs = append(errs, fmt.Errorf("janitor: %w", err))
 	}
-	return rep, fireErr
+	return rep, errors.Join(errs...)
 }
 
-// exclusive runs the jobs that one janitor per tick is enough for.
+// exclusive runs the jobs that one janitor per tick is enough for: those
+// of lockedJobs inside the transaction that holds the shard's janitor
+// lock, then those of afterJobs once it committed.
 func exclusive(ctx context.Context, db DB, s Settings, rep *Report) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -147,61 +135,27 @@ func exclusive(ctx context.Context, db DB, s Settings, rep *Report) error {
 	if !rep.Exclusive {
 		return nil
 	}
-	if err := tx.QueryRow(ctx, sqlRunDeleteFinal, s.Retention.Microseconds(), deleteBatch).Scan(&rep.DeletedRuns); err != nil {
-		return fmt.Errorf("delete finished runs: %w", err)
-	}
-	if s.BucketGC {
-		if err := tx.QueryRow(ctx, sqlBucketDeleteIdle, s.BucketIdleWindow.Microseconds()).Scan(&rep.DeletedBuckets); err != nil {
-			return fmt.Errorf("delete idle rate buckets: %w", err)
-		}
-	}
-	var now time.Time
-	if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+	t := &lockedTick{tx: tx, s: s, rep: rep}
+	if err := tx.QueryRow(ctx, sqlClockNow).Scan(&t.now); err != nil {
 		return fmt.Errorf("read the database clock: %w", err)
 	}
-	if rep.DeferredPruned, err = deferred.Prune(ctx, tx, now, deleteBatch); err != nil {
-		return err
-	}
-	repair := false
-	if s.FairRepairInterval > 0 {
-		if err := tx.QueryRow(ctx, sqlFairRepairDue, s.FairRepairInterval.Microseconds()).Scan(&repair); err != nil {
-			return fmt.Errorf("fair repair due: %w", err)
+	for _, j := range lockedJobs {
+		if err := j.runLocked(ctx, t); err != nil {
+			return fmt.Errorf("%s: %w", j.name(), err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	// The jobs on the fair claim's state run after the commit, each queue
-	// in a statement of its own under that queue's fair lock: inside the
-	// tick's transaction they would hold every queue's lock, and so stall
-	// every fair claim of the shard, until the tick ended.
-	if s.BucketGC {
-		pruned, err := claim.PruneFairState(ctx, db, now, s.BucketIdleWindow, false)
-		if err != nil {
-			return err
-		}
-		rep.PrunedKeys = len(pruned)
-	}
-	if repair {
-		fixed, err := claim.Repair(ctx, db)
-		if err != nil {
-			return err
-		}
-		for _, r := range fixed {
-			rep.RepairedKeys += r.Repaired
+	// The jobs on the fair claim's state and the counts run after the
+	// commit, each in statements of its own: inside the tick's transaction
+	// they would hold every queue's fair lock, or every count row, and so
+	// stall every claim or start of the shard until the tick ended.
+	for _, j := range afterJobs {
+		if err := j.runAfter(ctx, db, t); err != nil {
+			return fmt.Errorf("%s: %w", j.name(), err)
 		}
 	}
-	if _, err := db.Exec(ctx, sqlFairVacuum); err != nil {
-		return fmt.Errorf("vacuum the fair claim's tables: %w", err)
-	}
-	// The recount runs after the commit, in its own short transaction, and
-	// locks only counts that drifted: holding every count row for the whole
-	// tick would stall every start and finish of the shard meanwhile.
-	fixed, err := tenantcap.Recount(ctx, db)
-	if err != nil {
-		return fmt.Errorf("recount running: %w", err)
-	}
-	rep.Recounted = len(fixed)
 	return nil
 }
 

@@ -1,0 +1,210 @@
+package janitor
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harvest-run/harvest/internal/deferred"
+	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
+)
+
+// The janitor's jobs, one small type each, in the order a tick runs them.
+// Each names its own limits; what a tick leaves waits for the next one.
+
+// Every janitor of the shard runs these; they skip rows another janitor
+// holds, so the work spreads over the workers and each row is done once.
+var sharedJobs = []sharedJob{
+	rescuer{batch: DefaultRescueBatch},
+	promoter{batch: DefaultPromoteBatch},
+	firer{},
+}
+
+// One janitor per tick runs these, in the transaction that holds the
+// shard's janitor lock.
+var lockedJobs = []lockedJob{
+	retention{batch: DefaultDeleteBatch},
+	bucketCollector{},
+	deferredPruner{batch: DefaultDeleteBatch},
+	repairScheduler{},
+}
+
+// The same janitor runs these after that transaction committed.
+var afterJobs = []afterJob{
+	fairPruner{},
+	fairRepairer{},
+	fairVacuum{},
+	recounter{},
+}
+
+// Limits of one tick.
+const (
+	// DefaultRescueBatch is the most expired leases put back per tick.
+	DefaultRescueBatch = 1000
+	// DefaultPromoteBatch is the most scheduled tasks made claimable per
+	// tick.
+	DefaultPromoteBatch = 10000
+	// DefaultDeleteBatch is the most finished runs (and, apart, finished
+	// deferred groups) deleted per tick.
+	DefaultDeleteBatch = 5000
+)
+
+type sharedJob interface {
+	name() string
+	// tolerant jobs' failures do not end the tick.
+	tolerant() bool
+	run(ctx context.Context, db DB, s Settings, rep *Report) error
+}
+
+// lockedTick is what the exclusive jobs share: the locked transaction, the
+// database clock read in it, and what the locked jobs found for the jobs
+// after them.
+type lockedTick struct {
+	tx     pgx.Tx
+	now    time.Time
+	s      Settings
+	rep    *Report
+	repair bool // the fair repair is due
+}
+
+type lockedJob interface {
+	name() string
+	runLocked(ctx context.Context, t *lockedTick) error
+}
+
+type afterJob interface {
+	name() string
+	runAfter(ctx context.Context, db DB, t *lockedTick) error
+}
+
+// rescuer puts back the tasks whose lease ran out (by the database clock),
+// and fails the runs whose last attempt that was.
+type rescuer struct{ batch int }
+
+func (rescuer) name() string   { return "rescue expired leases" }
+func (rescuer) tolerant() bool { return false }
+func (j rescuer) run(ctx context.Context, db DB, _ Settings, rep *Report) error {
+	res, err := claim.RescueExpired(ctx, db, j.batch)
+	rep.Requeued, rep.FailedRuns = res.Requeued, res.Failed
+	return err
+}
+
+// promoter makes the scheduled tasks that fell due claimable.
+type promoter struct{ batch int }
+
+func (promoter) name() string   { return "promote due tasks" }
+func (promoter) tolerant() bool { return false }
+func (j promoter) run(ctx context.Context, db DB, _ Settings, rep *Report) error {
+	n, err := claim.PromoteDue(ctx, db, "", time.Time{}, j.batch)
+	rep.Promoted = n
+	return err
+}
+
+// firer fires the deferred starts whose time came. Groups and throttle
+// keys are locked one by one and skipped when another janitor (or a
+// gateway) holds them. A failure to fire one group does not hold back the
+// jobs after it.
+type firer struct{}
+
+func (firer) name() string   { return "fire deferred starts" }
+func (firer) tolerant() bool { return true }
+func (firer) run(ctx context.Context, db DB, _ Settings, rep *Report) error {
+	fired, err := deferred.Fire(ctx, db, deferred.FireOptions{})
+	rep.DeferredFired, rep.DeferredCancelled, rep.DeferredStarted = fired.Fired, fired.Cancelled, fired.Started
+	return err
+}
+
+// retention deletes finished runs past the retention period, with their
+// tasks.
+type retention struct{ batch int }
+
+func (retention) name() string { return "delete finished runs" }
+func (j retention) runLocked(ctx context.Context, t *lockedTick) error {
+	return t.tx.QueryRow(ctx, sqlRunDeleteFinal, t.s.Retention.Microseconds(), j.batch).Scan(&t.rep.DeletedRuns)
+}
+
+// bucketCollector drops idle rate-limit buckets, while the GC is on.
+type bucketCollector struct{}
+
+func (bucketCollector) name() string { return "delete idle rate buckets" }
+func (bucketCollector) runLocked(ctx context.Context, t *lockedTick) error {
+	if !t.s.BucketGC {
+		return nil
+	}
+	return t.tx.QueryRow(ctx, sqlBucketDeleteIdle, t.s.BucketIdleWindow.Microseconds()).Scan(&t.rep.DeletedBuckets)
+}
+
+// deferredPruner deletes finished deferred groups.
+type deferredPruner struct{ batch int }
+
+func (deferredPruner) name() string { return "prune deferred groups" }
+func (j deferredPruner) runLocked(ctx context.Context, t *lockedTick) error {
+	n, err := deferred.Prune(ctx, t.tx, t.now, j.batch)
+	t.rep.DeferredPruned = n
+	return err
+}
+
+// repairScheduler decides whether this tick rebuilds the fair claim's key
+// heads: at most once per FairRepairInterval on the shard, recorded in the
+// locked transaction so that two janitors do not both do it.
+type repairScheduler struct{}
+
+func (repairScheduler) name() string { return "schedule the fair repair" }
+func (repairScheduler) runLocked(ctx context.Context, t *lockedTick) error {
+	if t.s.FairRepairInterval <= 0 {
+		return nil
+	}
+	return t.tx.QueryRow(ctx, sqlFairRepairDue, t.s.FairRepairInterval.Microseconds()).Scan(&t.repair)
+}
+
+// fairPruner drops idle fairness state, while the GC is on; each queue in
+// a statement of its own under that queue's fair lock.
+type fairPruner struct{}
+
+func (fairPruner) name() string { return "prune idle fairness state" }
+func (fairPruner) runAfter(ctx context.Context, db DB, t *lockedTick) error {
+	if !t.s.BucketGC {
+		return nil
+	}
+	pruned, err := claim.PruneFairState(ctx, db, t.now, t.s.BucketIdleWindow, false)
+	t.rep.PrunedKeys = len(pruned)
+	return err
+}
+
+// fairRepairer rebuilds key heads that are missing or wrong, when the
+// repair is due.
+type fairRepairer struct{}
+
+func (fairRepairer) name() string { return "repair fairness heads" }
+func (fairRepairer) runAfter(ctx context.Context, db DB, t *lockedTick) error {
+	if !t.repair {
+		return nil
+	}
+	fixed, err := claim.Repair(ctx, db)
+	for _, r := range fixed {
+		t.rep.RepairedKeys += r.Repaired
+	}
+	return err
+}
+
+// fairVacuum vacuums the fair claim's small, hot tables.
+type fairVacuum struct{}
+
+func (fairVacuum) name() string { return "vacuum the fair claim's tables" }
+func (fairVacuum) runAfter(ctx context.Context, db DB, _ *lockedTick) error {
+	_, err := db.Exec(ctx, sqlFairVacuum)
+	return err
+}
+
+// recounter fixes running counts that drifted from the unfinished runs, in
+// its own short transaction that locks only the counts that drifted.
+type recounter struct{}
+
+func (recounter) name() string { return "recount running" }
+func (recounter) runAfter(ctx context.Context, db DB, t *lockedTick) error {
+	fixed, err := tenantcap.Recount(ctx, db)
+	t.rep.Recounted = len(fixed)
+	return err
+}

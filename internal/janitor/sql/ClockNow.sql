@@ -1,0 +1,2 @@
+-- The database clock, which the deferred prune judges by.
+SELECT now()
