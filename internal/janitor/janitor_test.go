@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/internal/janitor"
+	"github.com/harvest-run/harvest/internal/testfactory"
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/claim"
 )
@@ -42,22 +43,7 @@ func (b *bundle) task(o taskOpts) (int64, int64) {
 	if o.Tenant == "" {
 		o.Tenant = "acme"
 	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = 3
-	}
-	var pk int64
-	require.NoError(b.t, b.db.QueryRow(b.ctx, `
-		WITH r AS (
-			INSERT INTO runs (tenant, id, name, queue, request_hash, max_attempts)
-			VALUES ($1, gen_random_uuid()::text, 'wf', 'q', '\x00', $2) RETURNING pk, tenant
-		), c AS (
-			INSERT INTO tenant_running (tenant, running) SELECT tenant, 1 FROM r
-			ON CONFLICT (tenant) DO UPDATE SET running = tenant_running.running + 1
-		)
-		SELECT pk FROM r`, o.Tenant, o.MaxAttempts).Scan(&pk))
-	id, err := claim.Enqueue(b.ctx, b.db, claim.NewTask{RunPK: pk, Queue: "q"})
-	require.NoError(b.t, err)
-	return pk, id
+	return testfactory.Task(b.ctx, b.t, b.db, testfactory.TaskOpts{Run: testfactory.RunOpts{Tenant: o.Tenant, MaxAttempts: o.MaxAttempts}})
 }
 
 func (b *bundle) scalar(sql string, args ...any) int {

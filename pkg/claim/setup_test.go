@@ -2,13 +2,13 @@ package claim_test
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/harvest-run/harvest/internal/testfactory"
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/claim"
 )
@@ -41,27 +41,7 @@ type runOpts struct {
 
 func (b *bundle) run(o runOpts) int64 {
 	b.t.Helper()
-	if o.Tenant == "" {
-		o.Tenant = "t1"
-	}
-	if o.Queue == "" {
-		o.Queue = "q"
-	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = 3
-	}
-	var pk int64
-	err := b.db.QueryRow(b.ctx, `
-		WITH r AS (
-			INSERT INTO runs (tenant, id, name, queue, request_hash, max_attempts)
-			VALUES ($1, gen_random_uuid()::text, 'wf', $2, '\x00', $3) RETURNING pk, tenant
-		), c AS (
-			INSERT INTO tenant_running (tenant, running) SELECT tenant, 1 FROM r
-			ON CONFLICT (tenant) DO UPDATE SET running = tenant_running.running + 1
-		)
-		SELECT pk FROM r`, o.Tenant, o.Queue, o.MaxAttempts).Scan(&pk)
-	require.NoError(b.t, err)
-	return pk
+	return testfactory.Run(b.ctx, b.t, b.db, testfactory.RunOpts{Tenant: o.Tenant, Queue: o.Queue, MaxAttempts: o.MaxAttempts})
 }
 
 // taskOpts describes a task made by the factory; zero values are defaults
@@ -81,18 +61,11 @@ type taskOpts struct {
 
 func (b *bundle) task(o taskOpts) int64 {
 	b.t.Helper()
-	if o.Queue == "" {
-		o.Queue = "q"
-	}
-	if o.RunPK == 0 {
-		o.RunPK = b.run(runOpts{Queue: o.Queue})
-	}
-	id, err := claim.Enqueue(b.ctx, b.db, claim.NewTask{
+	_, id := testfactory.Task(b.ctx, b.t, b.db, testfactory.TaskOpts{
 		RunPK: o.RunPK, Queue: o.Queue, Key: o.Key, QuotaKey: o.QuotaKey, Priority: o.Priority,
 		Continuation: o.Continuation, DueAt: o.DueAt, StickyWorker: o.StickyWorker,
-		StickyUntil: o.StickyUntil, Now: o.Now, Input: json.RawMessage(`{}`),
+		StickyUntil: o.StickyUntil, Now: o.Now,
 	})
-	require.NoError(b.t, err)
 	return id
 }
 

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/harvest-run/harvest/internal/testfactory"
 	"github.com/harvest-run/harvest/internal/testsvc"
-	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/weights"
 )
 
@@ -105,14 +105,8 @@ func flood(t *testing.T, db *pgxpool.Pool, queue, key, quotaKey string, n int, d
 	ctx := context.Background()
 	ids := make([]int64, n)
 	for i := range ids {
-		var pk int64
-		require.NoError(t, db.QueryRow(ctx, `
-			INSERT INTO runs (tenant, id, name, queue, fairness_key, quota_key, request_hash)
-			VALUES ('t1', gen_random_uuid()::text, 'wf', $1, $2, $3, '\x00') RETURNING pk`,
-			queue, key, quotaKey).Scan(&pk))
-		id, err := claim.Enqueue(ctx, db, claim.NewTask{RunPK: pk, Queue: queue, Key: key, QuotaKey: quotaKey, DueAt: due, Now: due})
-		require.NoError(t, err)
-		ids[i] = id
+		_, ids[i] = testfactory.Task(ctx, t, db, testfactory.TaskOpts{Queue: queue, Key: key, QuotaKey: quotaKey,
+			DueAt: due, Now: due, Run: testfactory.RunOpts{Uncounted: true}})
 	}
 	return ids
 }
