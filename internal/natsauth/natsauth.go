@@ -176,8 +176,7 @@ func TenantPermissions(prefix, tenant string) (publish, subscribe []string) {
 	}
 	subj := dispatch.Subjects{Prefix: prefix}
 	publish = []string{subj.Start(tenant), subj.StartBatch(tenant)}
-	// Every subject of dispatch.Subjects.Runs for this tenant.
-	subscribe = []string{InboxPrefix(tenant) + ".>", prefix + ".runs." + tenant + ".>"}
+	subscribe = []string{InboxPrefix(tenant) + ".>", subj.RunsOf(tenant)}
 	return publish, subscribe
 }
 

@@ -14,9 +14,13 @@ func ExampleSubjects() {
 	fmt.Println(s.Wake(0, "orders"))
 	fmt.Println(s.Dispatch(1, "orders.eu"))
 	fmt.Println(s.Runs("acme", "run-1"))
+	fmt.Println(s.RunsOf("acme"))
+	fmt.Println(s.Admission())
 	// Output:
 	// harvest.start.acme
 	// harvest.wake.0.orders
 	// harvest.dispatch.1.orders%2Eeu
 	// harvest.runs.acme.run-1
+	// harvest.runs.acme.>
+	// harvest.admission
 }

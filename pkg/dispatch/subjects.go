@@ -130,5 +130,12 @@ func (s Subjects) Runs(tenant, runID string) string {
 	return s.p() + ".runs." + tenant + "." + EncodeToken(runID)
 }
 
+// RunsOf matches the run events of every run of tenant.
+func (s Subjects) RunsOf(tenant string) string { return s.p() + ".runs." + tenant + ".>" }
+
+// Admission announces a change of the admission configuration. The message
+// is a hint only: a gateway that gets it re-reads shard 0.
+func (s Subjects) Admission() string { return s.p() + ".admission" }
+
 // Handle is where the stock worker asks users' services to run a workflow.
 func (s Subjects) Handle(workflow string) string { return s.p() + ".handle." + EncodeToken(workflow) }

@@ -45,12 +45,7 @@ type Current struct {
 // announced: "<prefix>.admission" (prefix dispatch.DefaultPrefix when
 // empty). The message is a hint only: a gateway that gets it re-reads
 // shard 0.
-func Subject(prefix string) string {
-	if prefix == "" {
-		prefix = dispatch.DefaultPrefix
-	}
-	return prefix + ".admission"
-}
+func Subject(prefix string) string { return dispatch.Subjects{Prefix: prefix}.Admission() }
 
 // LoadConfig reads the configuration from shard 0; DefaultConfig when
 // nobody has set one. A stored value that does not validate is an error.
