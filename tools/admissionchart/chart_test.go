@@ -1,4 +1,4 @@
-package chart
+package admissionchart
 
 import (
 	"bytes"
@@ -30,7 +30,7 @@ func TestCommittedChartIsCurrent(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, WriteSVG(&buf, Options{MaxRuns: tenantcap.DefaultMaxRuns, Tenants: 8}, DefaultSeries()))
 	require.Contains(t, buf.String(), "<svg")
-	committed, err := os.ReadFile("../../../docs/admission-limits.svg")
-	require.NoError(t, err, "run: go run ./pkg/tenantcap/cmd/chart -out docs/admission-limits.svg")
-	require.Equal(t, string(committed), buf.String(), "stale: go run ./pkg/tenantcap/cmd/chart -out docs/admission-limits.svg")
+	committed, err := os.ReadFile("../../docs/admission-limits.svg")
+	require.NoError(t, err, "run: go -C tools run ./cmd/admission-chart -out ../docs/admission-limits.svg")
+	require.Equal(t, string(committed), buf.String(), "stale: go -C tools run ./cmd/admission-chart -out ../docs/admission-limits.svg")
 }

@@ -1,4 +1,4 @@
-// Command chart writes docs/admission-limits.svg: the per-tenant limit of
+// Command admission-chart writes docs/admission-limits.svg: the per-tenant limit of
 // each admission algorithm against the system's load.
 package main
 
@@ -9,11 +9,11 @@ import (
 	"os"
 
 	"github.com/harvest-run/harvest/pkg/tenantcap"
-	"github.com/harvest-run/harvest/pkg/tenantcap/chart"
+	chart "github.com/harvest-run/harvest/tools/admissionchart"
 )
 
 func main() {
-	out := flag.String("out", "docs/admission-limits.svg", "where to write the SVG")
+	out := flag.String("out", "../docs/admission-limits.svg", "where to write the SVG (run from tools/)")
 	maxRuns := flag.Int("max-runs", tenantcap.DefaultMaxRuns, "max_runs of the chart")
 	tenants := flag.Int("tenants", 8, "registered tenants (for the static lines)")
 	flag.Parse()

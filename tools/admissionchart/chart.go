@@ -1,9 +1,9 @@
-// Package chart draws the per-tenant admission limit of every algorithm
+// Package admissionchart draws the per-tenant admission limit of every algorithm
 // against the system's load, for docs/admission.md. Regenerate the picture
 // with:
 //
-//	go run ./pkg/tenantcap/cmd/chart -out docs/admission-limits.svg
-package chart
+//	go -C tools run ./cmd/admission-chart -out ../docs/admission-limits.svg
+package admissionchart
 
 import (
 	"fmt"
