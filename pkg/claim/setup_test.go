@@ -46,26 +46,11 @@ func (b *bundle) run(o runOpts) int64 {
 
 // taskOpts describes a task made by the factory; zero values are defaults
 // (a new run, queue "q", the default key, priority 0, due now).
-type taskOpts struct {
-	RunPK        int64
-	Queue        string
-	Key          string
-	QuotaKey     string
-	Priority     int
-	Continuation bool
-	DueAt        time.Time
-	StickyWorker string
-	StickyUntil  time.Time
-	Now          time.Time
-}
+type taskOpts = testfactory.TaskOpts
 
 func (b *bundle) task(o taskOpts) int64 {
 	b.t.Helper()
-	_, id := testfactory.Task(b.ctx, b.t, b.db, testfactory.TaskOpts{
-		RunPK: o.RunPK, Queue: o.Queue, Key: o.Key, QuotaKey: o.QuotaKey, Priority: o.Priority,
-		Continuation: o.Continuation, DueAt: o.DueAt, StickyWorker: o.StickyWorker,
-		StickyUntil: o.StickyUntil, Now: o.Now,
-	})
+	_, id := testfactory.Task(b.ctx, b.t, b.db, o)
 	return id
 }
 
