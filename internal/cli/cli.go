@@ -49,7 +49,7 @@ func commands() map[string]command {
 		"migrate": {"apply the schema migrations to every shard in HARVEST_SHARDS", runMigrate},
 		"prune":   {"delete idle fairness state on every shard in HARVEST_SHARDS (or --preview it)", runPrune},
 		"repair":  {"rebuild the fair claim's key heads from the task rows on every shard in HARVEST_SHARDS", runRepair},
-		"bench":   {"run a benchmark: claim, claim-chart, starts, fleet, soak (see harvest bench -h)", runBenchAny},
+		"bench":   {"moved to the tools module: go -C tools run ./cmd/harvest-bench <benchmark> (see docs/benchmarks.md)", runBenchMoved},
 		"weights": {"get, set or clear fairness-key weight overrides on every shard", runWeights},
 		"quotas":  {"get, set or clear quota-key concurrency caps and rate limits on every shard", runQuotas},
 
@@ -140,4 +140,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
 	return nil
+}
+
+// runBenchMoved says where the benchmarks went: they live in the tools
+// module, so that their dependencies stay out of this binary.
+func runBenchMoved(context.Context, env, []string) error {
+	return usageError{"the benchmarks moved to the tools module: run go -C tools run ./cmd/harvest-bench <claim|claim-chart|starts|fleet|soak> [flags] from the repository"}
 }

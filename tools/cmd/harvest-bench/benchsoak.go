@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/harvest-run/harvest/internal/gateway"
-	"github.com/harvest-run/harvest/internal/soak"
 	"github.com/harvest-run/harvest/internal/workerbin"
+	"github.com/harvest-run/harvest/tools/internal/soak"
 )
 
-// runBenchSoak is harvest bench soak: a fleet of gateway and worker
+// runBenchSoak is harvest-bench soak: a fleet of gateway and worker
 // processes (this binary, re-executed in the role of each) under a mixed
 // load with random faults, then the invariant report and memory over time.
 func runBenchSoak(ctx context.Context, e env, args []string) error {

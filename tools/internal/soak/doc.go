@@ -14,6 +14,6 @@
 // the lease, running counts match a recount and the fairness clock never
 // moves back.
 //
-// The fault tests under test/faults and `harvest bench soak` both use this
+// The fault tests under tools/faults and `harvest-bench soak` both use this
 // package, so the harness exists once.
 package soak

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/harvest-run/harvest/internal/soak"
+	"github.com/harvest-run/harvest/tools/internal/soak"
 )
 
 // A worker SIGKILLed while it holds tasks: another worker's janitor puts

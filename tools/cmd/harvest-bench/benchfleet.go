@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/harvest-run/harvest/internal/fleetbench"
+	"github.com/harvest-run/harvest/tools/internal/fleetbench"
 )
 
 func runBenchFleet(ctx context.Context, e env, args []string) error {

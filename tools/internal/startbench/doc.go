@@ -1,6 +1,6 @@
 // Package startbench measures how many starts per second one gateway takes
 // and how long each waits for its answer, over HTTP and over NATS, with a
-// number of concurrent clients (harvest bench starts).
+// number of concurrent clients (harvest-bench starts).
 //
 // It brings its own world: a fresh database on the given PostgreSQL server
 // (dropped afterwards), an embedded NATS server unless one is named, and a

@@ -13,10 +13,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/harvest-run/harvest/internal/shards"
-	"github.com/harvest-run/harvest/internal/soak"
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
+	"github.com/harvest-run/harvest/tools/internal/soak"
 )
 
 // The system limit holds across gateway processes and shards: three

@@ -1,4 +1,4 @@
-// Package fleetbench is `harvest bench fleet`: a flood of no-op tasks from
+// Package fleetbench is `harvest-bench fleet`: a flood of no-op tasks from
 // one key drained by a fleet of real worker processes, with a light tenant
 // starting runs through a real gateway over NATS while the flood drains;
 // optionally side by side with River on the same workload (bench/river).

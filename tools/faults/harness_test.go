@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/harvest-run/harvest/internal/soak"
 	"github.com/harvest-run/harvest/internal/testsvc"
+	"github.com/harvest-run/harvest/tools/internal/soak"
 )
 
 // bins are the real binaries, built once per test binary by TestMain.
@@ -48,8 +48,10 @@ func build() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator),
-		"github.com/harvest-run/harvest/cmd/gateway", "github.com/harvest-run/harvest/cmd/worker")
+	// Built in the product's module (the repository's root), with its own
+	// dependencies.
+	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/gateway", "./cmd/worker")
+	cmd.Dir = filepath.Join("..", "..")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}

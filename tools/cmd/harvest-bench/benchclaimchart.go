@@ -1,10 +1,10 @@
-package cli
+package main
 
 import (
 	"context"
 	"os"
 
-	"github.com/harvest-run/harvest/internal/bench"
+	"github.com/harvest-run/harvest/tools/internal/bench"
 )
 
 func runBenchClaimChart(ctx context.Context, e env, args []string) error {

@@ -20,7 +20,7 @@ import (
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
-// ChartConfig describes `harvest bench claim-chart`: claim latency against
+// ChartConfig describes `harvest-bench claim-chart`: claim latency against
 // the backlog for the fair claim, the ordinary claim and the full-scan
 // baseline, drawn as an SVG chart.
 type ChartConfig struct {

@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/harvest-run/harvest/internal/bench"
+	"github.com/harvest-run/harvest/tools/internal/bench"
 )
 
 // defaultBenchURL is the server benchmarks use when HARVEST_DATABASE_URL is
@@ -17,10 +17,10 @@ const defaultBenchURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=dis
 func runBench(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 || args[0] != "claim" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(e.stderr, "usage: harvest bench claim [flags]")
+			fmt.Fprintln(e.stderr, "usage: harvest-bench claim [flags]")
 			return nil
 		}
-		return usageError{"usage: harvest bench claim [flags] (the only benchmark is claim)"}
+		return usageError{"usage: harvest-bench claim [flags] (the only benchmark is claim)"}
 	}
 	return runBenchClaim(ctx, e, args[1:])
 }

@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// benchmarks are the subcommands of harvest bench.
+// benchmarks are the subcommands of harvest-bench.
 func benchmarks() map[string]func(ctx context.Context, e env, args []string) error {
 	return map[string]func(ctx context.Context, e env, args []string) error{
 		"claim": func(ctx context.Context, e env, args []string) error {
@@ -20,7 +20,7 @@ func benchmarks() map[string]func(ctx context.Context, e env, args []string) err
 	}
 }
 
-// runBenchAny dispatches harvest bench <name> to its benchmark.
+// runBenchAny dispatches harvest-bench <name> to its benchmark.
 func runBenchAny(ctx context.Context, e env, args []string) error {
 	all := benchmarks()
 	names := make([]string, 0, len(all))
@@ -28,7 +28,7 @@ func runBenchAny(ctx context.Context, e env, args []string) error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	usage := "usage: harvest bench <" + strings.Join(names, "|") + "> [flags]"
+	usage := "usage: harvest-bench <" + strings.Join(names, "|") + "> [flags]"
 	if len(args) == 0 {
 		return usageError{usage}
 	}

@@ -1,4 +1,4 @@
-package cli
+package main
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/harvest-run/harvest/internal/startbench"
+	"github.com/harvest-run/harvest/tools/internal/startbench"
 )
 
 func runBenchStarts(ctx context.Context, e env, args []string) error {

@@ -1,0 +1,83 @@
+// Command harvest-bench runs Harvest's benchmarks and its soak against a
+// fleet built from this source tree: claim, claim-chart, starts, fleet
+// (with River beside it) and soak. Run it from the tools module:
+//
+//	go -C tools run ./cmd/harvest-bench fleet --vs-river
+//
+// It lives in the tools module so that its dependencies (plotting, the
+// fleet harness) stay out of the product's.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// usageError marks a mistake in the command line; it exits with code 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// env is what a benchmark gets besides its arguments.
+type env struct {
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// run runs a benchmark with args (without the program name) and returns
+// the exit code. Ctrl-C or SIGTERM ends it through its context.
+func run(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := runBenchAny(ctx, env{stdout: stdout, stderr: stderr}, args)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "harvest-bench: %v\n", err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitError
+}
+
+// newFlags makes a flag set whose errors become usage errors.
+func newFlags(e env, name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet("harvest-bench "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "usage: harvest-bench %s\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, turning a bad flag into a usage error.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
