@@ -26,8 +26,8 @@ func runBench(ctx context.Context, e env, args []string) error {
 }
 
 func runBenchClaim(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "bench claim",
-		"bench claim [--backlog 10000,100000] [--keys 10,1000] [--claimers 1,4,16] [--claims 2000] [--rounds 4] [--aging 0] [--quiet]")
+	fs := newFlags(e, "claim",
+		"claim [--backlog 10000,100000] [--keys 10,1000] [--claimers 1,4,16] [--claims 2000] [--rounds 4] [--aging 0] [--quiet]")
 	backlog := fs.String("backlog", "100000", "pending rows (comma-separated list: one fresh database per point)")
 	keys := fs.String("keys", "1000", "light fairness keys besides the heavy one (comma-separated list)")
 	claimers := fs.String("claimers", "1,4,16", "concurrent claim loops (comma-separated list)")

@@ -8,8 +8,8 @@ import (
 )
 
 func runBenchClaimChart(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "bench claim-chart",
-		"bench claim-chart [-backlog 10000,100000,1000000] [-keys 100] [-claims 500] [-scan-claims 20] [-chart docs/claim-backlog.svg]")
+	fs := newFlags(e, "claim-chart",
+		"claim-chart [-backlog 10000,100000,1000000] [-keys 100] [-claims 500] [-scan-claims 20] [-chart docs/claim-backlog.svg]")
 	backlog := fs.String("backlog", "10000,100000,1000000", "pending rows (comma-separated list: one fresh database per point)")
 	keys := fs.Int("keys", 100, "light fairness keys besides the heavy one")
 	claims := fs.Int("claims", 500, "measured fair and ordinary claims per point")

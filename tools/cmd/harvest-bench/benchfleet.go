@@ -13,8 +13,8 @@ import (
 )
 
 func runBenchFleet(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "bench fleet",
-		"bench fleet [-flood 100000] [-workers 2] [-slots 50] [-claim-batch 50] [-claimers 1] [-light-rate 1] [-fair on|off|both] [-vs-river] [-river-cooldown 1ms] [-pairs 3] [-out-dir DIR]")
+	fs := newFlags(e, "fleet",
+		"fleet [-flood 100000] [-workers 2] [-slots 50] [-claim-batch 50] [-claimers 1] [-light-rate 1] [-fair on|off|both] [-vs-river] [-river-cooldown 1ms] [-pairs 3] [-out-dir DIR]")
 	flood := fs.Int("flood", 100000, "no-op tasks of the heavy key inserted before the workers start")
 	workers := fs.Int("workers", 2, "worker processes")
 	slots := fs.Int("slots", 50, "task slots per worker (HARVEST_WORKER_MAX_CONCURRENT_CLAIMS); workers x slots is River's -slots")

@@ -15,7 +15,7 @@ import (
 // processes (this binary, re-executed in the role of each) under a mixed
 // load with random faults, then the invariant report and memory over time.
 func runBenchSoak(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "bench soak", "bench soak [--minutes 15] [--fault-every 20s] [--rate 10] [--seed N]")
+	fs := newFlags(e, "soak", "soak [--minutes 15] [--fault-every 20s] [--rate 10] [--seed N]")
 	minutes := fs.Float64("minutes", 15, "how long the load and the faults run")
 	every := fs.Duration("fault-every", 20*time.Second, "time between two random faults")
 	memEvery := fs.Duration("memory-every", 30*time.Second, "time between two memory samples")

@@ -12,8 +12,8 @@ import (
 )
 
 func runBenchStarts(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "bench starts",
-		"bench starts [--transports http,nats] [--clients 8] [--duration 10s] [--warmup 2s] [--keys 1] [--tenants 1] [--flushers N] [--group-max N] [--cpuprofile FILE] [--quiet]")
+	fs := newFlags(e, "starts",
+		"starts [--transports http,nats] [--clients 8] [--duration 10s] [--warmup 2s] [--keys 1] [--tenants 1] [--flushers N] [--group-max N] [--cpuprofile FILE] [--quiet]")
 	transports := fs.String("transports", "http,nats", "transports to measure, in order (comma-separated: http, nats)")
 	clients := fs.Int("clients", 8, "concurrent clients, each starting runs in a closed loop")
 	duration := fs.Duration("duration", 10*time.Second, "measured time per transport")
