@@ -10,6 +10,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/sqlfile"
+	"github.com/harvest-run/harvest/internal/testsignal"
 	"github.com/harvest-run/harvest/pkg/shard"
 )
 
@@ -159,18 +160,49 @@ func exclusive(ctx context.Context, db DB, s Settings, rep *Report) error {
 	return nil
 }
 
-// Run ticks every interval until ctx ends. A failed tick is logged and the
-// next one tries again. onTick, when set, sees every tick's report: the
-// worker announces the runs a tick fired (Report.DeferredStarted) from it,
-// and tests watch the ticks.
+// Run ticks every interval until ctx ends (a Loop with these fields).
 func Run(ctx context.Context, db DB, s Settings, interval time.Duration, log *slog.Logger, onTick func(Report, error)) {
+	(&Loop{DB: db, Settings: s, Interval: interval, Log: log, OnTick: onTick}).Run(ctx)
+}
+
+// Loop is the janitor of one shard: a Tick every Interval until its
+// context ends. A failed tick is logged and the next one tries again.
+type Loop struct {
+	DB       DB
+	Settings Settings
+	Interval time.Duration
+	Log      *slog.Logger // slog.Default() when nil
+	// OnTick, when set, sees every tick's report: the worker announces the
+	// runs a tick fired (Report.DeferredStarted) from it.
+	OnTick func(Report, error)
+	// TestSignals let tests wait for the loop; they do nothing until a test
+	// initialises them.
+	TestSignals TestSignals
+}
+
+// TestSignals are what a Loop signals to a test.
+type TestSignals struct {
+	// Ticked carries every tick's report, after the tick (also a failed
+	// one's, with its error).
+	Ticked testsignal.Signal[Ticked]
+}
+
+// Ticked is one tick as TestSignals.Ticked carries it.
+type Ticked struct {
+	Report
+	Err error
+}
+
+// Run ticks until ctx ends.
+func (l *Loop) Run(ctx context.Context) {
+	log := l.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	t := time.NewTicker(interval)
+	t := time.NewTicker(l.Interval)
 	defer t.Stop()
 	for {
-		rep, err := Tick(ctx, db, s)
+		rep, err := Tick(ctx, l.DB, l.Settings)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			log.Warn("janitor tick failed", "err", err)
@@ -187,8 +219,11 @@ func Run(ctx context.Context, db DB, s Settings, interval time.Duration, log *sl
 			log.Warn("janitor rebuilt fairness heads that were missing or wrong (tasks were written past the triggers)",
 				"keys", rep.RepairedKeys)
 		}
-		if onTick != nil && !errors.Is(err, context.Canceled) {
-			onTick(rep, err)
+		if !errors.Is(err, context.Canceled) {
+			if l.OnTick != nil {
+				l.OnTick(rep, err)
+			}
+			l.TestSignals.Ticked.Signal(Ticked{Report: rep, Err: err})
 		}
 		select {
 		case <-ctx.Done():

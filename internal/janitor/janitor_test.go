@@ -243,3 +243,34 @@ func TestRepairServesAKeyWhoseHeadWasLost(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, rep.RepairedKeys, "the repair waits for its interval")
 }
+
+// The loop ticks on its own, and a test waits on its signal for the tick
+// that did the work, with no sleep: a lease that expires while the loop
+// runs is rescued by one of its ticks.
+func TestLoopSignalsItsTicks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, id := b.task(taskOpts{})
+	res, err := claim.Claim(b.ctx, b.db, claim.Request{Queue: "q", Worker: "w", Lease: time.Hour})
+	require.NoError(t, err)
+	require.True(t, res.OK)
+
+	loop := &janitor.Loop{DB: b.db, Settings: janitor.DefaultSettings(), Interval: 10 * time.Millisecond}
+	loop.TestSignals.Ticked.Init()
+	ctx, stop := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); loop.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	_, err = loop.TestSignals.Ticked.WaitFor(b.ctx, func(tk janitor.Ticked) bool { return tk.Err == nil })
+	require.NoError(t, err, "the loop ticks")
+	require.Equal(t, "running", b.state(id), "a live lease is left alone")
+
+	_, err = b.db.Exec(b.ctx, `UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = $1`, id)
+	require.NoError(t, err)
+	tk, err := loop.TestSignals.Ticked.WaitFor(b.ctx, func(tk janitor.Ticked) bool { return tk.Requeued > 0 })
+	require.NoError(t, err, "a tick rescues the expired lease")
+	require.NoError(t, tk.Err)
+	require.Equal(t, 1, tk.Requeued)
+	require.Equal(t, "pending", b.state(id))
+}
