@@ -275,7 +275,12 @@ func (w *Worker) heartbeat(c *claimed, cancel context.CancelCauseFunc, stop <-ch
 		case <-tick.C:
 		}
 		sent := time.Now()
-		ctx, done := context.WithTimeout(context.Background(), min(dbTimeout, w.cfg.HeartbeatInterval))
+		// A heartbeat may take up to half the lease: one that times out
+		// closes its connection, and a timeout as short as a quick interval
+		// would then fail every later heartbeat while the pool connects
+		// again on a loaded machine, until the lease is lost for nothing.
+		// A slow heartbeat only delays the next tick.
+		ctx, done := context.WithTimeout(context.Background(), min(dbTimeout, max(w.cfg.HeartbeatInterval, w.cfg.Lease/2)))
 		var (
 			until  time.Time
 			status *string
