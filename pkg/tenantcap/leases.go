@@ -199,14 +199,17 @@ func (l *Leases) Acquire(ctx context.Context, shard, need int) (int, error) {
 // granted is the shard's new total granted.
 func (l *Leases) grant(ctx context.Context, shard, least, want int) (granted int64, ok bool, err error) {
 	err = pgx.BeginFunc(ctx, l.dbs[0], func(tx pgx.Tx) error {
+		// The lock, the row and the read each in a statement of its own:
+		// the read's snapshot is taken after the lock, so it holds every
+		// grant committed before, whatever rows they inserted.
+		if _, err := tx.Exec(ctx, sqlLedgerLock); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, sqlLedgerEnsure, shard); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, sqlLedgerLock)
-		if err != nil {
-			return err
-		}
-		ledger, err := pgx.CollectRows(rows, pgx.RowToStructByName[ledgerRow])
+		rows, err := tx.Query(ctx, sqlLedgerRead)
+		ledger, err := collectLedger(rows, err)
 		if err != nil {
 			return err
 		}

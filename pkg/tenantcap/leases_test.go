@@ -233,3 +233,34 @@ func TestLeaseAcquireReclaimsIdleCapacity(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 10, got)
 }
+
+// Shards asking for capacity for the first time at once (each grant makes
+// its shard's ledger row) cannot each see the others' rows missing: the
+// ledger never grants more than max_runs in all.
+func TestFirstGrantsAtOnceShareMaxRuns(t *testing.T) {
+	t.Parallel()
+	const maxRuns = 10
+	b := setupLeases(t, 6, maxRuns, 1)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for s := range 6 {
+		wg.Go(func() {
+			<-start
+			_, err := b.leases.Acquire(b.ctx, s, maxRuns)
+			require.NoError(t, err)
+		})
+	}
+	close(start)
+	wg.Wait()
+	// (A shard's capacity may have been taken back by another since its
+	// Acquire returned: the shards' leases now are what counts.)
+	b.check(t, maxRuns)
+	leases, sum := make([]int, 6), 0
+	for s := range 6 {
+		st, err := b.leases.State(b.ctx, s)
+		require.NoError(t, err)
+		leases[s] = st.Lease()
+		sum += st.Lease()
+	}
+	require.LessOrEqual(t, sum, maxRuns, "leases %v", leases)
+}

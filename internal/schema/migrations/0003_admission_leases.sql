@@ -6,7 +6,8 @@
 -- granted to it and the part of what it gave back that the ledger has
 -- taken in. Both only grow. What a shard holds by the ledger's account is
 -- granted - returned, and the sum of that over the shards never exceeds
--- max_runs (checked under the rows' locks whenever capacity is granted).
+-- max_runs (checked under the ledger's lock, harvest_ledger_lock, whenever
+-- capacity is granted).
 CREATE TABLE admission_ledger (
     shard    integer PRIMARY KEY CHECK (shard >= 0),
     granted  bigint  NOT NULL DEFAULT 0 CHECK (granted >= 0),

@@ -1,4 +1,4 @@
--- Grant $2 more capacity to shard $1 (its row locked by LedgerLock); the
+-- Grant $2 more capacity to shard $1 (under the ledger's lock, LedgerLock); the
 -- new total granted is what the shard takes in (LeaseTakeGrant).
 UPDATE admission_ledger SET granted = granted + $2 WHERE shard = $1
 RETURNING granted

@@ -1,4 +1,3 @@
--- Lock every row of the ledger, in shard order, and read them: granting
--- capacity checks the sum of what the shards hold under these locks, so
--- two grants cannot both take the last of it.
-SELECT shard, granted, returned FROM admission_ledger ORDER BY shard FOR UPDATE
+-- The ledger's lock (harvest_ledger_lock), taken by every grant before it
+-- reads the ledger: grants are judged one at a time.
+SELECT harvest_ledger_lock()
