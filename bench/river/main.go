@@ -1,5 +1,5 @@
 // Command river-bench runs Harvest's fleet workload on River, so that
-// `harvest bench fleet --vs-river` can put the two side by side.
+// `harvest-bench fleet --vs-river` can put the two side by side.
 //
 // It creates a throwaway database, migrates River's schema into it, inserts a
 // backlog of no-op jobs for one tenant, starts one River client, trickles in a

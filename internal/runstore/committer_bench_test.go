@@ -26,7 +26,7 @@ func (guardAdmitter) Admitted(int)                     {}
 
 // BenchmarkCommitter measures starts through one committer from 8
 // concurrent callers of one tenant with one key: the shape of
-// `harvest bench starts` without HTTP or NATS in front. "ask" decides each
+// `harvest-bench starts` without HTTP or NATS in front. "ask" decides each
 // new run after the group is written (two round trips), "guard" commits
 // in the round trip that writes the group.
 func BenchmarkCommitter(b *testing.B) {

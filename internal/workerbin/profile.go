@@ -8,7 +8,7 @@ import (
 )
 
 // profileEnv names a file the worker writes a CPU profile of its whole
-// life to (for benchmarks: harvest bench fleet -profile). It is read
+// life to (for benchmarks: harvest-bench fleet -profile). It is read
 // directly rather than through the configuration, being a diagnostic.
 const profileEnv = "HARVEST_WORKER_CPU_PROFILE"
 

@@ -8,11 +8,11 @@ import (
 
 // The Go benchmarks measure one claim (one statement, autocommit) over a
 // skewed backlog of 50,000 rows: one key with 90%, 500 light keys. For the
-// full matrix use `harvest bench claim` (docs/benchmarks.md).
+// full matrix use `harvest-bench claim` (docs/benchmarks.md).
 func benchClaim(b *testing.B, fair bool, aging int) {
 	tb := setup(b)
 	// The fill skips the arrival record and builds the heads once, as
-	// `harvest bench claim` does; claims then see a settled queue.
+	// `harvest-bench claim` does; claims then see a settled queue.
 	tb.exec(`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`)
 	tb.exec(`INSERT INTO runs (tenant, id, name, queue, request_hash)
 		SELECT 't1', g::text, 'wf', 'q', '\x00' FROM generate_series(1, 50000) g`)

@@ -157,7 +157,7 @@ func (l *Leases) Acquire(ctx context.Context, shard, need int) (int, error) {
 	if st.Lease() >= need {
 		return st.Lease(), nil
 	}
-	if st, err = l.Sync(ctx, shard); err != nil {
+	if st, err = l.syncFrom(ctx, shard, st); err != nil {
 		return 0, err
 	}
 	reclaimed := false
@@ -288,6 +288,16 @@ func (l *Leases) GiveBack(ctx context.Context, shard, keep int) (LeaseState, err
 // left half done: the shard takes in what the ledger granted it, and the
 // ledger what the shard gave back. It returns the shard's state.
 func (l *Leases) Sync(ctx context.Context, shard int) (LeaseState, error) {
+	st, err := l.State(ctx, shard)
+	if err != nil {
+		return LeaseState{}, fmt.Errorf("%w: sync shard %d: %w", ErrLeaseUnavailable, shard, err)
+	}
+	return l.syncFrom(ctx, shard, st)
+}
+
+// syncFrom is Sync for a shard whose state st was just read (Acquire has
+// read it already).
+func (l *Leases) syncFrom(ctx context.Context, shard int, st LeaseState) (LeaseState, error) {
 	fail := func(err error) (LeaseState, error) {
 		return LeaseState{}, fmt.Errorf("%w: sync shard %d: %w", ErrLeaseUnavailable, shard, err)
 	}
@@ -302,10 +312,9 @@ func (l *Leases) Sync(ctx context.Context, shard int) (LeaseState, error) {
 			acct = r
 		}
 	}
-	st, err := l.State(ctx, shard)
-	if err != nil {
-		return fail(err)
-	}
+	// st may be older than the ledger's row: both sides only grow and
+	// are raised to each other's figure, so an older st costs at most a
+	// write that changes nothing, or a return taken in at the next sync.
 	if acct.Granted > st.Granted {
 		if st, err = l.take(ctx, shard, acct.Granted); err != nil {
 			return LeaseState{}, err
