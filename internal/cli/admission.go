@@ -35,7 +35,7 @@ const admissionUsage = "admission get [--json] | set [--algorithm no_limit|stati
 
 func runAdmission(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 {
-		return usageError{"usage: harvest " + admissionUsage}
+		return usageError{Msg: "usage: harvest " + admissionUsage}
 	}
 	switch args[0] {
 	case "get":
@@ -46,19 +46,19 @@ func runAdmission(ctx context.Context, e env, args []string) error {
 		fmt.Fprintln(e.stderr, "usage: harvest "+admissionUsage)
 		return nil
 	}
-	return usageError{fmt.Sprintf("unknown admission command %q (want get or set)", args[0])}
+	return usageError{Msg: fmt.Sprintf("unknown admission command %q (want get or set)", args[0])}
 }
 
 func loadAdmissionEnv() (admissionEnv, error) {
 	var cfg admissionEnv
 	if err := config.Load(&cfg); err != nil {
-		return cfg, usageError{err.Error()}
+		return cfg, usageError{Msg: err.Error()}
 	}
 	if err := cfg.Shards.Validate(); err != nil {
-		return cfg, usageError{err.Error()}
+		return cfg, usageError{Msg: err.Error()}
 	}
 	if err := cfg.Settings.Validate(); err != nil {
-		return cfg, usageError{err.Error()}
+		return cfg, usageError{Msg: err.Error()}
 	}
 	return cfg, nil
 }
@@ -219,12 +219,12 @@ func admissionSet(ctx context.Context, e env, args []string) error {
 	if set["tfm"] {
 		v, err := strconv.ParseFloat(*tfm, 64)
 		if err != nil {
-			return usageError{fmt.Sprintf("--tfm: %q is not a number", *tfm)}
+			return usageError{Msg: fmt.Sprintf("--tfm: %q is not a number", *tfm)}
 		}
 		p.TFM = &v
 	}
 	if p.Empty() {
-		return usageError{"nothing to set: give --algorithm, --tfm or both"}
+		return usageError{Msg: "nothing to set: give --algorithm, --tfm or both"}
 	}
 	gw, err := loadGateway()
 	if err != nil {
@@ -268,9 +268,9 @@ func admissionSetError(err error) error {
 	var ae *api.Error
 	if errors.As(err, &ae) && ae.Code == api.CodeInvalidArgument {
 		if ae.Field != "" {
-			return usageError{"--" + ae.Field + ": " + ae.Message}
+			return usageError{Msg: "--" + ae.Field + ": " + ae.Message}
 		}
-		return usageError{ae.Message}
+		return usageError{Msg: ae.Message}
 	}
 	return err
 }

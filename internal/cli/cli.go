@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/harvest-run/harvest/internal/cliflag"
 )
 
 // Exit codes shared by every command.
@@ -20,9 +22,7 @@ const (
 )
 
 // usageError marks a mistake in the command line; it exits with code 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
+type usageError = cliflag.UsageError
 
 // exitError carries a specific exit code out of a command.
 type codedError struct {
@@ -119,31 +119,14 @@ func printUsage(w io.Writer, cmds map[string]command) {
 
 // newFlags makes a flag set whose errors become usage errors.
 func newFlags(e env, name, usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet("harvest "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: harvest %s\n", usage)
-		fs.PrintDefaults()
-	}
-	return fs
+	return cliflag.New(e.stderr, "harvest", name, usage)
 }
 
 // parseFlags parses args, turning a bad flag into a usage error.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	return nil
-}
+func parseFlags(fs *flag.FlagSet, args []string) error { return cliflag.Parse(fs, args) }
 
 // runBenchMoved says where the benchmarks went: they live in the tools
 // module, so that their dependencies stay out of this binary.
 func runBenchMoved(context.Context, env, []string) error {
-	return usageError{"the benchmarks moved to the tools module: run go -C tools run ./cmd/harvest-bench <claim|claim-chart|starts|fleet|soak> [flags] from the repository"}
+	return usageError{Msg: "the benchmarks moved to the tools module: run go -C tools run ./cmd/harvest-bench <claim|claim-chart|starts|fleet|soak> [flags] from the repository"}
 }

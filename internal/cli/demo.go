@@ -36,7 +36,7 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			return nil
 		}
-		return usageError{"name a demo: flood, share or priority"}
+		return usageError{Msg: "name a demo: flood, share or priority"}
 	}
 	fs := newFlags(e, "demo flood", demoUsage)
 	floodN := fs.Int("flood", 2000, "runs in the flood")
@@ -50,19 +50,19 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if *floodN < 1 || *trickleN < 1 || *ms < 0 || *every <= 0 {
-		return usageError{"--flood and --trickle must be at least 1, --ms not negative, --every positive"}
+		return usageError{Msg: "--flood and --trickle must be at least 1, --ms not negative, --every positive"}
 	}
 	if *floodT == *trickleT {
-		return usageError{"--flood-tenant and --trickle-tenant must differ"}
+		return usageError{Msg: "--flood-tenant and --trickle-tenant must differ"}
 	}
 	gw := os.Getenv("HARVEST_GATEWAY_URL")
 	if gw == "" {
-		return usageError{"HARVEST_GATEWAY_URL is not set (source the file of harvest dev --env-file)"}
+		return usageError{Msg: "HARVEST_GATEWAY_URL is not set (source the file of harvest dev --env-file)"}
 	}
 	tenant := func(n int) (name string, c *client.Client, err error) {
 		tok := os.Getenv(fmt.Sprintf("HARVEST_TENANT_%d_TOKEN", n))
 		if tok == "" {
-			return "", nil, usageError{fmt.Sprintf("HARVEST_TENANT_%d_TOKEN is not set (source the file of harvest dev --env-file)", n)}
+			return "", nil, usageError{Msg: fmt.Sprintf("HARVEST_TENANT_%d_TOKEN is not set (source the file of harvest dev --env-file)", n)}
 		}
 		name = os.Getenv(fmt.Sprintf("HARVEST_TENANT_%d_NAME", n))
 		if name == "" {

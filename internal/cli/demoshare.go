@@ -40,12 +40,12 @@ type demoTenant struct {
 func demoTenantOf(n int) (demoTenant, error) {
 	gw := os.Getenv("HARVEST_GATEWAY_URL")
 	if gw == "" {
-		return demoTenant{}, usageError{"HARVEST_GATEWAY_URL is not set (source the file of harvest dev --env-file)"}
+		return demoTenant{}, usageError{Msg: "HARVEST_GATEWAY_URL is not set (source the file of harvest dev --env-file)"}
 	}
 	tok := os.Getenv(fmt.Sprintf("HARVEST_TENANT_%d_TOKEN", n))
 	name := os.Getenv(fmt.Sprintf("HARVEST_TENANT_%d_NAME", n))
 	if tok == "" || name == "" {
-		return demoTenant{}, usageError{fmt.Sprintf("HARVEST_TENANT_%d_TOKEN or _NAME is not set (source the file of harvest dev --env-file)", n)}
+		return demoTenant{}, usageError{Msg: fmt.Sprintf("HARVEST_TENANT_%d_TOKEN or _NAME is not set (source the file of harvest dev --env-file)", n)}
 	}
 	c, err := client.New(client.Options{URL: gw, Token: tok})
 	return demoTenant{name: name, c: c}, err
@@ -63,7 +63,7 @@ func runDemoShare(ctx context.Context, e env, mode string, args []string) error 
 		return err
 	}
 	if *runs < 1 || *heavyN == *otherN || *lead <= 0 {
-		return usageError{"--runs must be at least 1, --heavy and --other must differ, --lead must be positive"}
+		return usageError{Msg: "--runs must be at least 1, --heavy and --other must differ, --lead must be positive"}
 	}
 	heavy, err := demoTenantOf(*heavyN)
 	if err != nil {

@@ -40,19 +40,19 @@ func runDev(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if *maxRuns < 1 {
-		return usageError{"--max-runs must be at least 1"}
+		return usageError{Msg: "--max-runs must be at least 1"}
 	}
 	if *natsPort < 0 || *natsPort > 65535 {
-		return usageError{"--nats-port must be a port number"}
+		return usageError{Msg: "--nats-port must be a port number"}
 	}
 	var cfg devEnv
 	if err := envconfig.Process("HARVEST", &cfg); err != nil {
-		return usageError{err.Error()}
+		return usageError{Msg: err.Error()}
 	}
 	if *envFile != "" {
 		abs, err := filepath.Abs(*envFile)
 		if err != nil {
-			return usageError{err.Error()}
+			return usageError{Msg: err.Error()}
 		}
 		*envFile = abs
 		// A file left by an earlier run must not pass for this one's.

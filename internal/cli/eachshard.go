@@ -30,7 +30,7 @@ func eachShard[T any](ctx context.Context, timeout time.Duration,
 		return nil, err
 	}
 	if err := cfg.Shards.Validate(); err != nil {
-		return nil, usageError{err.Error()}
+		return nil, usageError{Msg: err.Error()}
 	}
 	idx := make([]int, len(cfg.Shards))
 	for i := range idx {

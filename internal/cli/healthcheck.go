@@ -18,13 +18,13 @@ func runHealthcheck(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if url == "" {
-		return usageError{"usage: harvest healthcheck [-timeout 3s] URL"}
+		return usageError{Msg: "usage: harvest healthcheck [-timeout 3s] URL"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return usageError{err.Error()}
+		return usageError{Msg: err.Error()}
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -32,7 +32,7 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if err := cfg.Validate(); err != nil {
-		return usageError{err.Error()}
+		return usageError{Msg: err.Error()}
 	}
 	results := MigrateShards(ctx, cfg.Shards, *timeout)
 	var failed []string

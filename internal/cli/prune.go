@@ -29,7 +29,7 @@ func runPrune(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if *window < 0 {
-		return usageError{"--window: must not be negative"}
+		return usageError{Msg: "--window: must not be negative"}
 	}
 	results, err := eachShard(ctx, *timeout, func(ctx context.Context, conn *pgx.Conn) ([]claim.StateKey, error) {
 		// The database clock decides what is inside the window.

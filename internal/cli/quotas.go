@@ -31,7 +31,7 @@ func runQuotas(ctx context.Context, e env, args []string) error {
 			fmt.Fprintln(e.stderr, "usage: harvest "+quotasUsage)
 			return flag.ErrHelp
 		}
-		return usageError{"usage: harvest " + quotasUsage}
+		return usageError{Msg: "usage: harvest " + quotasUsage}
 	}
 	sub, args := args[0], args[1:]
 	fs := newFlags(e, "quotas "+sub, quotasUsage)
@@ -46,16 +46,16 @@ func runQuotas(ctx context.Context, e env, args []string) error {
 		rate = fs.Float64("rate", 0, "claims per second (with --burst)")
 		burst = fs.Float64("burst", 0, "token bucket size, at least 1 (with --rate)")
 	default:
-		return usageError{fmt.Sprintf("unknown subcommand %q: want get, set or clear", sub)}
+		return usageError{Msg: fmt.Sprintf("unknown subcommand %q: want get, set or clear", sub)}
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *af.queue == "" {
-		return usageError{"--queue is required"}
+		return usageError{Msg: "--queue is required"}
 	}
 	if sub != "get" && *quotaKey == "" {
-		return usageError{"--quota-key is required"}
+		return usageError{Msg: "--quota-key is required"}
 	}
 	if err := weights.ValidateQueue(*af.queue); err != nil {
 		return argError(err)
@@ -77,7 +77,7 @@ func runQuotas(ctx context.Context, e env, args []string) error {
 			q.Burst = burst
 		}
 		if err := q.Validate(); err != nil {
-			return usageError{strings.ReplaceAll(argError(err).Error(), "_", "-")}
+			return usageError{Msg: strings.ReplaceAll(argError(err).Error(), "_", "-")}
 		}
 	}
 

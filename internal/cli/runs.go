@@ -24,17 +24,17 @@ type gatewayEnv struct {
 func runsClient() (*client.Client, error) {
 	var g gatewayEnv
 	if err := envconfig.Process("HARVEST", &g); err != nil {
-		return nil, usageError{err.Error()}
+		return nil, usageError{Msg: err.Error()}
 	}
 	if g.GatewayURL == "" {
-		return nil, usageError{"HARVEST_GATEWAY_URL is not set: name a gateway, such as http://127.0.0.1:8080 (harvest dev prints it)"}
+		return nil, usageError{Msg: "HARVEST_GATEWAY_URL is not set: name a gateway, such as http://127.0.0.1:8080 (harvest dev prints it)"}
 	}
 	if g.Token == "" {
-		return nil, usageError{"HARVEST_TOKEN is not set: give the bearer secret of a token (harvest dev prints tenant tokens)"}
+		return nil, usageError{Msg: "HARVEST_TOKEN is not set: give the bearer secret of a token (harvest dev prints tenant tokens)"}
 	}
 	c, err := client.New(client.Options{URL: g.GatewayURL, Token: g.Token})
 	if err != nil {
-		return nil, usageError{"HARVEST_GATEWAY_URL: " + err.Error()}
+		return nil, usageError{Msg: "HARVEST_GATEWAY_URL: " + err.Error()}
 	}
 	return c, nil
 }
@@ -49,12 +49,12 @@ func runRuns(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintln(e.stderr, "usage: harvest "+runsUsage)
 		if len(args) == 0 {
-			return usageError{"name a subcommand: get"}
+			return usageError{Msg: "name a subcommand: get"}
 		}
 		return nil
 	}
 	if args[0] != "get" {
-		return usageError{fmt.Sprintf("unknown runs command %q (want get)", args[0])}
+		return usageError{Msg: fmt.Sprintf("unknown runs command %q (want get)", args[0])}
 	}
 	fs := newFlags(e, "runs get", runsUsage)
 	wait := fs.Duration("wait", 0, "wait up to this long for the run to be final")
@@ -64,7 +64,7 @@ func runRuns(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if id == "" {
-		return usageError{"usage: harvest runs get ID [--wait 30s] [--json]"}
+		return usageError{Msg: "usage: harvest runs get ID [--wait 30s] [--json]"}
 	}
 	c, err := runsClient()
 	if err != nil {

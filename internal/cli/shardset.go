@@ -28,7 +28,7 @@ func openShardSet(ctx context.Context, urls config.Shards) (*shardSet, error) {
 		cfg, err := pgxpool.ParseConfig(u)
 		if err != nil {
 			s.Close()
-			return nil, usageError{fmt.Sprintf("HARVEST_SHARDS: shard %d: %q: %v", i, config.Redact(u), err)}
+			return nil, usageError{Msg: fmt.Sprintf("HARVEST_SHARDS: shard %d: %q: %v", i, config.Redact(u), err)}
 		}
 		if cfg.ConnConfig.ConnectTimeout == 0 {
 			cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout

@@ -45,12 +45,12 @@ func runStart(ctx context.Context, e env, args []string) error {
 	}
 	if len(pos) == 0 || len(pos) > 2 {
 		fs.Usage()
-		return usageError{"give WORKFLOW and, optionally, INPUT-JSON"}
+		return usageError{Msg: "give WORKFLOW and, optionally, INPUT-JSON"}
 	}
 	var input any
 	if len(pos) == 2 {
 		if !json.Valid([]byte(pos[1])) {
-			return usageError{fmt.Sprintf("INPUT-JSON %q is not valid JSON", pos[1])}
+			return usageError{Msg: fmt.Sprintf("INPUT-JSON %q is not valid JSON", pos[1])}
 		}
 		input = json.RawMessage(pos[1])
 	}

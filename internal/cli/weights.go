@@ -58,7 +58,7 @@ type adminBackend interface {
 func openAdminBackend(ctx context.Context, shardTimeout time.Duration, publish bool) (adminBackend, error) {
 	var cfg adminConfig
 	if err := config.Load(&cfg); err != nil {
-		return nil, usageError{err.Error()}
+		return nil, usageError{Msg: err.Error()}
 	}
 	if cfg.GatewayURL != "" {
 		c, err := gatewayClient(cfg)
@@ -68,7 +68,7 @@ func openAdminBackend(ctx context.Context, shardTimeout time.Duration, publish b
 		return gatewayBackend{c}, nil
 	}
 	if err := cfg.Shards.Validate(); err != nil {
-		return nil, usageError{err.Error()}
+		return nil, usageError{Msg: err.Error()}
 	}
 	set, err := openShardSet(ctx, cfg.Shards)
 	if err != nil {
@@ -163,7 +163,7 @@ func statusError(status int, msg string) error {
 func argError(err error) error {
 	var ae *api.Error
 	if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
-		return usageError{ae.Message}
+		return usageError{Msg: ae.Message}
 	}
 	return err
 }
@@ -236,7 +236,7 @@ func runWeights(ctx context.Context, e env, args []string) error {
 			fmt.Fprintln(e.stderr, "usage: harvest "+weightsUsage)
 			return flag.ErrHelp
 		}
-		return usageError{"usage: harvest " + weightsUsage}
+		return usageError{Msg: "usage: harvest " + weightsUsage}
 	}
 	sub, args := args[0], args[1:]
 	fs := newFlags(e, "weights "+sub, weightsUsage)
@@ -254,19 +254,19 @@ func runWeights(ctx context.Context, e env, args []string) error {
 	case "keys":
 		limit = fs.Int("limit", weights.DefaultKeyLimit, "most keys listed per shard")
 	default:
-		return usageError{fmt.Sprintf("unknown subcommand %q: want get, set, clear or keys", sub)}
+		return usageError{Msg: fmt.Sprintf("unknown subcommand %q: want get, set, clear or keys", sub)}
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *af.queue == "" {
-		return usageError{"--queue is required"}
+		return usageError{Msg: "--queue is required"}
 	}
 	if key != nil && !flagSet(fs, "key") {
-		return usageError{"--key is required"}
+		return usageError{Msg: "--key is required"}
 	}
 	if weight != nil && !flagSet(fs, "weight") {
-		return usageError{"--weight is required"}
+		return usageError{Msg: "--weight is required"}
 	}
 	// Check the arguments before touching any shard.
 	if err := weights.ValidateQueue(*af.queue); err != nil {
@@ -455,11 +455,11 @@ func printKeys(w io.Writer, res weights.KeysResult) {
 // HARVEST_TOKEN; both are required together.
 func gatewayClient(cfg adminConfig) (*client.Client, error) {
 	if cfg.Token == "" {
-		return nil, usageError{"HARVEST_GATEWAY_URL is set but HARVEST_TOKEN is not: the gateway needs a bearer token"}
+		return nil, usageError{Msg: "HARVEST_GATEWAY_URL is set but HARVEST_TOKEN is not: the gateway needs a bearer token"}
 	}
 	c, err := client.New(client.Options{URL: cfg.GatewayURL, Token: cfg.Token, HTTPClient: &http.Client{}})
 	if err != nil {
-		return nil, usageError{"HARVEST_GATEWAY_URL: " + err.Error()}
+		return nil, usageError{Msg: "HARVEST_GATEWAY_URL: " + err.Error()}
 	}
 	return c, nil
 }
@@ -469,7 +469,7 @@ func gatewayClient(cfg adminConfig) (*client.Client, error) {
 func loadGateway() (*client.Client, error) {
 	var cfg adminConfig
 	if err := config.Load(&cfg); err != nil {
-		return nil, usageError{err.Error()}
+		return nil, usageError{Msg: err.Error()}
 	}
 	if cfg.GatewayURL == "" {
 		return nil, nil

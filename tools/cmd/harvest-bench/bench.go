@@ -30,7 +30,7 @@ func runBenchAny(ctx context.Context, e env, args []string) error {
 	sort.Strings(names)
 	usage := "usage: harvest-bench <" + strings.Join(names, "|") + "> [flags]"
 	if len(args) == 0 {
-		return usageError{usage}
+		return usageError{Msg: usage}
 	}
 	if args[0] == "-h" || args[0] == "--help" {
 		fmt.Fprintln(e.stderr, usage)
@@ -38,7 +38,7 @@ func runBenchAny(ctx context.Context, e env, args []string) error {
 	}
 	run, ok := all[args[0]]
 	if !ok {
-		return usageError{fmt.Sprintf("unknown benchmark %q; %s", args[0], usage)}
+		return usageError{Msg: fmt.Sprintf("unknown benchmark %q; %s", args[0], usage)}
 	}
 	return run(ctx, e, args[1:])
 }

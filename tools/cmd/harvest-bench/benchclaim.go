@@ -20,7 +20,7 @@ func runBench(ctx context.Context, e env, args []string) error {
 			fmt.Fprintln(e.stderr, "usage: harvest-bench claim [flags]")
 			return nil
 		}
-		return usageError{"usage: harvest-bench claim [flags] (the only benchmark is claim)"}
+		return usageError{Msg: "usage: harvest-bench claim [flags] (the only benchmark is claim)"}
 	}
 	return runBenchClaim(ctx, e, args[1:])
 }
@@ -40,10 +40,10 @@ func runBenchClaim(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if *aging < 0 {
-		return usageError{"--aging: must not be negative"}
+		return usageError{Msg: "--aging: must not be negative"}
 	}
 	if *rounds < 1 {
-		return usageError{"--rounds: must be at least 1"}
+		return usageError{Msg: "--rounds: must be at least 1"}
 	}
 	cfg := bench.ClaimConfig{Claims: *claims, Rounds: *rounds, HeavyPct: *heavy, AgingSecs: *aging, Out: e.stdout, Log: e.stderr}
 	var err error
@@ -57,7 +57,7 @@ func runBenchClaim(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if *claims < 1 {
-		return usageError{"--claims: must be at least 1"}
+		return usageError{Msg: "--claims: must be at least 1"}
 	}
 	if *quiet {
 		cfg.Log = nil
@@ -75,7 +75,7 @@ func intList(flag, s string) ([]int, error) {
 	for _, part := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(part))
 		if err != nil || n < 1 {
-			return nil, usageError{fmt.Sprintf("--%s: %q is not a positive integer", flag, part)}
+			return nil, usageError{Msg: fmt.Sprintf("--%s: %q is not a positive integer", flag, part)}
 		}
 		out = append(out, n)
 	}

@@ -25,7 +25,7 @@ func runBenchClaimChart(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if *keys < 1 || *claims < 1 || *scan < 1 {
-		return usageError{"-keys, -claims and -scan-claims must be positive"}
+		return usageError{Msg: "-keys, -claims and -scan-claims must be positive"}
 	}
 	if *quiet {
 		cfg.Log = nil

@@ -51,10 +51,10 @@ func runBenchFleet(ctx context.Context, e env, args []string) error {
 	case "both":
 		cfg.Fair = []bool{true, false}
 	default:
-		return usageError{"-fair: on, off or both"}
+		return usageError{Msg: "-fair: on, off or both"}
 	}
 	if *flood < 1 || *workers < 1 || *slots < 1 || *pairs < 1 || *lightRate <= 0 || *batch < 1 || *claimers < 1 || *maxDur <= 0 {
-		return usageError{"-flood, -workers, -slots, -pairs, -claim-batch, -claimers, -light-rate and -max-duration must be positive"}
+		return usageError{Msg: "-flood, -workers, -slots, -pairs, -claim-batch, -claimers, -light-rate and -max-duration must be positive"}
 	}
 	if *quiet {
 		cfg.Log = nil

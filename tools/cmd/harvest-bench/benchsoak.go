@@ -32,10 +32,10 @@ func runBenchSoak(ctx context.Context, e env, args []string) error {
 	case "worker":
 		os.Exit(workerbin.Main(nil, e.stdout, e.stderr))
 	default:
-		return usageError{fmt.Sprintf("--role: %q is not gateway or worker", *role)}
+		return usageError{Msg: fmt.Sprintf("--role: %q is not gateway or worker", *role)}
 	}
 	if *minutes <= 0 {
-		return usageError{"--minutes: must be positive"}
+		return usageError{Msg: "--minutes: must be positive"}
 	}
 	self, err := os.Executable()
 	if err != nil {

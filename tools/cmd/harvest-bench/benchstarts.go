@@ -28,19 +28,19 @@ func runBenchStarts(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	if *clients < 1 {
-		return usageError{"--clients: must be at least 1"}
+		return usageError{Msg: "--clients: must be at least 1"}
 	}
 	if *tenants < 1 {
-		return usageError{"--tenants: must be at least 1"}
+		return usageError{Msg: "--tenants: must be at least 1"}
 	}
 	if *flushers < 0 {
-		return usageError{"--flushers: must not be negative"}
+		return usageError{Msg: "--flushers: must not be negative"}
 	}
 	if *groupMax < 0 || *groupMax > 60 {
-		return usageError{"--group-max: must be from 0 to 60"}
+		return usageError{Msg: "--group-max: must be from 0 to 60"}
 	}
 	if *duration <= 0 {
-		return usageError{"--duration: must be positive"}
+		return usageError{Msg: "--duration: must be positive"}
 	}
 	cfg := startbench.Config{
 		Clients: *clients, Duration: *duration, Warmup: *warmup, Keys: *keys, Tenants: *tenants, Flushers: *flushers, GroupMax: *groupMax,
@@ -51,7 +51,7 @@ func runBenchStarts(ctx context.Context, e env, args []string) error {
 		case "http", "nats":
 			cfg.Transports = append(cfg.Transports, t)
 		default:
-			return usageError{"--transports: unknown transport " + t + " (http, nats)"}
+			return usageError{Msg: "--transports: unknown transport " + t + " (http, nats)"}
 		}
 	}
 	if *quiet {

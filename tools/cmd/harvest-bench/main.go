@@ -17,6 +17,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/harvest-run/harvest/internal/cliflag"
 )
 
 // Exit codes.
@@ -27,9 +29,7 @@ const (
 )
 
 // usageError marks a mistake in the command line; it exits with code 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
+type usageError = cliflag.UsageError
 
 // env is what a benchmark gets besides its arguments.
 type env struct {
@@ -59,25 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 // newFlags makes a flag set whose errors become usage errors.
 func newFlags(e env, name, usage string) *flag.FlagSet {
-	fs := flag.NewFlagSet("harvest-bench "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: harvest-bench %s\n", usage)
-		fs.PrintDefaults()
-	}
-	return fs
+	return cliflag.New(e.stderr, "harvest-bench", name, usage)
 }
 
 // parseFlags parses args, turning a bad flag into a usage error.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	return nil
-}
+func parseFlags(fs *flag.FlagSet, args []string) error { return cliflag.Parse(fs, args) }
