@@ -1,5 +1,6 @@
 // Command harvest is the operator's command-line tool: migrations, weights,
-// quotas, admission, runs, prune, the local dev fleet and benchmarks.
+// quotas, admission, runs (get, list, cancel), prune, the local dev fleet,
+// the demos and its version (harvest version or --version).
 package main
 
 import (

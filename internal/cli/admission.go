@@ -43,7 +43,7 @@ func runAdmission(ctx context.Context, e env, args []string) error {
 	case "set":
 		return admissionSet(ctx, e, args[1:])
 	case "-h", "--help", "help":
-		fmt.Fprintln(e.stderr, "usage: harvest "+admissionUsage)
+		fmt.Fprintln(e.stdout, "usage: harvest "+admissionUsage)
 		return nil
 	}
 	return usageError{Msg: fmt.Sprintf("unknown admission command %q (want get or set)", args[0])}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/harvest-run/harvest/internal/cliflag"
+	"github.com/harvest-run/harvest/internal/config"
 )
 
 // Exit codes shared by every command.
@@ -57,9 +58,10 @@ func commands() map[string]command {
 
 		"dev":   {"run a whole Harvest on this machine (NATS, 2 shards, gateway, 2 workers) until Ctrl-C", runDev},
 		"start": {"start a run through the gateway at HARVEST_GATEWAY_URL (token HARVEST_TOKEN)", runStart},
-		"runs":  {"read a run through the gateway: runs get ID [--wait 30s] [--json]", runRuns},
+		"runs":  {"read, list or cancel runs through the gateway: runs get|list|cancel", runRuns},
 		"demo":  {"demo flood|share|priority: a flood beside a trickle, weighted shares, priority before fairness", runDemo},
 
+		"version":     {"print the version of this binary (also --version)", runVersion},
 		"healthcheck": {"exit 0 when a URL answers 2xx (container healthchecks)", runHealthcheck},
 	}
 }
@@ -69,12 +71,14 @@ func commands() map[string]command {
 func Main(args []string, stdout, stderr io.Writer) int {
 	e := env{stdout: stdout, stderr: stderr}
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		printUsage(stderr, cmds)
-		if len(args) == 0 {
-			return exitUsage
-		}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
+		// Asked-for help is the command's output, so that it pipes into a
+		// pager; only a mistake goes to stderr.
+		printUsage(stdout, cmds)
 		return exitOK
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		args = []string{"version"}
 	}
 	cmd, ok := cmds[args[0]]
 	if !ok {
@@ -117,16 +121,62 @@ func printUsage(w io.Writer, cmds map[string]command) {
 	fmt.Fprintln(w, "\nRun 'harvest <command> -h' for a command's flags.")
 }
 
-// newFlags makes a flag set whose errors become usage errors.
-func newFlags(e env, name, usage string) *flag.FlagSet {
-	return cliflag.New(e.stderr, "harvest", name, usage)
+// flagOutput is the output of a command's flag set: stderr, carrying the
+// command's stdout along so that parseFlags can send asked-for help there.
+type flagOutput struct {
+	io.Writer
+	stdout io.Writer
 }
 
-// parseFlags parses args, turning a bad flag into a usage error.
-func parseFlags(fs *flag.FlagSet, args []string) error { return cliflag.Parse(fs, args) }
+// newFlags makes a flag set whose errors become usage errors. Its usage
+// goes to the flag set's current output (not a fixed writer) so that
+// parseFlags can point it at stdout for -h.
+func newFlags(e env, name, usage string) *flag.FlagSet {
+	fs := cliflag.New(e.stderr, "harvest", name, usage)
+	fs.SetOutput(&flagOutput{Writer: e.stderr, stdout: e.stdout})
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: harvest %s\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args, turning a bad flag into a usage error. -h prints
+// the usage on stdout (it is what was asked for) and gives flag.ErrHelp; a
+// bad flag prints it on stderr.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	usage := fs.Usage
+	asked := false
+	// The flag package calls Usage both for -h and after a bad flag's
+	// message; hold it back until the error says which.
+	fs.Usage = func() { asked = true }
+	err := cliflag.Parse(fs, args)
+	fs.Usage = usage
+	if !asked {
+		return err
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		if fo, ok := fs.Output().(*flagOutput); ok {
+			fs.SetOutput(fo.stdout)
+			defer fs.SetOutput(fo)
+		}
+	}
+	usage()
+	return err
+}
 
 // runBenchMoved says where the benchmarks went: they live in the tools
 // module, so that their dependencies stay out of this binary.
 func runBenchMoved(context.Context, env, []string) error {
 	return usageError{Msg: "the benchmarks moved to the tools module: run go -C tools run ./cmd/harvest-bench <claim|claim-chart|starts|fleet|soak> [flags] from the repository"}
+}
+
+// runVersion prints "harvest <version>" on stdout, as --version does.
+func runVersion(_ context.Context, e env, args []string) error {
+	fs := newFlags(e, "version", "version")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, "harvest "+config.Version())
+	return nil
 }

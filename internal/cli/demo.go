@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
@@ -31,9 +33,14 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		return runDemoShare(ctx, e, args[0], args[1:])
 	}
 	if len(args) == 0 || args[0] != "flood" {
-		fmt.Fprintln(e.stderr, "usage: harvest "+demoUsage)
-		fmt.Fprintln(e.stderr, "\nusage: harvest "+demoShareUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		w := e.stderr
+		help := len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help")
+		if help {
+			w = e.stdout
+		}
+		fmt.Fprintln(w, "usage: harvest "+demoUsage)
+		fmt.Fprintln(w, "\nusage: harvest "+demoShareUsage)
+		if help {
 			return nil
 		}
 		return usageError{Msg: "name a demo: flood, share or priority"}
@@ -110,8 +117,12 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		left -= n
 	}
 
+	// The bar is decoration for a person watching: it redraws in place,
+	// which would litter a file or a pipe, so it goes to stderr and only
+	// when that is a terminal. The results stay on stdout either way.
+	barOut, barShown := progressOutput(e.stderr)
 	bar := progressbar.NewOptions(*floodN,
-		progressbar.OptionSetWriter(e.stdout),
+		progressbar.OptionSetWriter(barOut),
 		progressbar.OptionSetDescription(fname+" flood"),
 		progressbar.OptionShowCount(),
 		progressbar.OptionSetElapsedTime(true),
@@ -123,9 +134,13 @@ func runDemo(ctx context.Context, e env, args []string) error {
 	say := func(format string, args ...any) {
 		outMu.Lock()
 		defer outMu.Unlock()
-		_ = bar.Clear()
-		fmt.Fprintf(e.stdout, "\r"+format+"\n", args...)
-		_ = bar.RenderBlank()
+		if barShown {
+			_ = bar.Clear()
+		}
+		fmt.Fprintf(e.stdout, format+"\n", args...)
+		if barShown {
+			_ = bar.RenderBlank()
+		}
 	}
 
 	// The trickle: one start at a time, each one's wait reported when it
@@ -203,7 +218,9 @@ func runDemo(ctx context.Context, e env, args []string) error {
 		}
 	}
 	_ = bar.Finish()
-	fmt.Fprintln(e.stdout)
+	if barShown {
+		fmt.Fprintln(barOut)
+	}
 	wg.Wait()
 	if tErr != nil {
 		return tErr
@@ -218,4 +235,13 @@ func runDemo(ctx context.Context, e env, args []string) error {
 			fname, *floodN, lastFloodWait.Round(10*time.Millisecond))
 	}
 	return nil
+}
+
+// progressOutput is where a progress bar goes: w when it is a terminal,
+// else nowhere (shown false).
+func progressOutput(w io.Writer) (out io.Writer, shown bool) {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return f, true
+	}
+	return io.Discard, false
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/kelseyhightower/envconfig"
@@ -18,15 +20,18 @@ type devEnv struct {
 	DatabaseURL string `envconfig:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable" desc:"harvest dev: admin URL of the PostgreSQL server to make the shard databases on; a throwaway server is started when none answers"`
 }
 
-const devUsage = `dev [--http ADDR] [--nats-port N] [--max-runs N] [--env-file PATH] [--trace-stdout] [--verbose]
+const devUsage = `dev [--queues a,b:3] [--http ADDR] [--nats-port N] [--max-runs N] [--env-file PATH] [--trace-stdout] [--verbose]
 
 Runs a whole Harvest on this machine, in this process, until Ctrl-C:
 embedded NATS (with the per-tenant permissions of deploy/), two shard
 databases on the PostgreSQL server at HARVEST_DATABASE_URL (or on a
 throwaway server when none answers), one gateway and two workers with
-fairness keys on. Prints the URLs and fresh tokens (an administrator and
-three tenants). Ctrl-C stops everything and removes what it made.
-`
+fairness keys on, serving the queues of --queues. Prints the URLs and
+fresh tokens (an administrator and three tenants). A start on a queue the
+workers do not serve waits; harvest dev warns about it once per queue.
+Ctrl-C stops everything and removes what it made.
+
+Flags:`
 
 func runDev(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "dev", devUsage)
@@ -36,8 +41,13 @@ func runDev(ctx context.Context, e env, args []string) error {
 	envFile := fs.String("env-file", "", "write the URLs and tokens there as NAME=value lines once the fleet takes starts (removed at exit)")
 	traceStdout := fs.Bool("trace-stdout", false, "print every finished span to stdout as JSON (noisy)")
 	verbose := fs.Bool("verbose", false, "log the gateway's and workers' lines to stderr")
+	queuesFlag := fs.String("queues", devfleet.Queue, "queues the workers serve: name[:share] separated by commas, such as orders,emails:3 (share of the claims, default 1)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	queues, err := devfleet.ParseQueues(*queuesFlag)
+	if err != nil {
+		return usageError{Msg: err.Error()}
 	}
 	if *maxRuns < 1 {
 		return usageError{Msg: "--max-runs must be at least 1"}
@@ -69,6 +79,7 @@ func runDev(ctx context.Context, e env, args []string) error {
 		HTTPAddr:    *httpAddr,
 		NATSPort:    *natsPort,
 		MaxRuns:     *maxRuns,
+		Queues:      queues,
 		Logger:      slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
 	}
 	if *traceStdout {
@@ -81,7 +92,7 @@ func runDev(ctx context.Context, e env, args []string) error {
 		// Standard output carries the spans; the summary goes to stderr.
 		summary.stdout = e.stderr
 	}
-	err := devfleet.Run(ctx, opts, func(f *devfleet.Fleet) {
+	err = devfleet.Run(ctx, opts, func(f *devfleet.Fleet) {
 		printFleet(summary, f)
 		if *envFile != "" {
 			if readyErr = writeEnvFile(*envFile, f.EnvLines()); readyErr != nil {
@@ -128,11 +139,11 @@ Harvest dev is up.
   NATS        %s
   Postgres    %s
   shards      %s
-  queue       %q, served by one worker per shard (fairness keys on)
+  queues      %s, served by one worker per shard (fairness keys on)
   max runs    %d
 
   admin token %s
-`, f.GatewayURL, f.GatewayURL, f.GatewayURL, f.NATSURL, f.Postgres, strings.Join(f.Shards, "\n              "), devfleet.Queue, f.MaxRuns, f.AdminToken)
+`, f.GatewayURL, f.GatewayURL, f.GatewayURL, f.NATSURL, f.Postgres, strings.Join(f.Shards, "\n              "), devfleet.QueueList(f.Queues), f.MaxRuns, f.AdminToken)
 	for i, t := range f.Tenants {
 		fmt.Fprintf(w, "  tenant %d    %-8s token %s  NATS user %s password %s  (home shard %d)\n",
 			i+1, t.Name, t.Token, t.NATSUser, t.NATSPassword, t.Shard)
@@ -140,8 +151,17 @@ Harvest dev is up.
 	t := f.Tenants[0]
 	fmt.Fprintf(w, `
 Try:
-  curl -s -H 'Authorization: Bearer %s' -d '{"name":"echo","queue":"default","input":{"hello":"world"}}' %s/v1/runs
+  curl -s -H 'Authorization: Bearer %s' -d '{"name":"echo","queue":%q,"input":{"hello":"world"}}' %s/v1/runs
 
 Ctrl-C stops everything.
-`, t.Token, f.GatewayURL)
+`, t.Token, firstQueue(f.Queues), f.GatewayURL)
+}
+
+// firstQueue is the queue the printed example starts on: default when
+// served, else the first by name, so that the example works as printed.
+func firstQueue(queues map[string]float64) string {
+	if _, ok := queues[devfleet.Queue]; ok || len(queues) == 0 {
+		return devfleet.Queue
+	}
+	return slices.Sorted(maps.Keys(queues))[0]
 }

@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/harvest-run/harvest/internal/config"
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/internal/testsvc"
 )
@@ -62,7 +67,8 @@ func TestMigrateNamesUnreachableShard(t *testing.T) {
 	dead := "postgres://postgres@127.0.0.1:1/nowhere?sslmode=disable&connect_timeout=2"
 	env := map[string]string{"HARVEST_SHARDS": dead + "," + good}
 
-	code, out, errOut := run(t, env, "migrate")
+	// The dead shard is retried until the timeout, so keep it short.
+	code, out, errOut := run(t, env, "migrate", "-timeout", "2s")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "shard 0 (postgres://postgres@127.0.0.1:1/nowhere")
 	require.Contains(t, out, "shard 0 (postgres://postgres@127.0.0.1:1/nowhere")
@@ -87,4 +93,79 @@ func TestUnknownCommandIsUsageError(t *testing.T) {
 	var out, errb bytes.Buffer
 	require.Equal(t, 2, Main([]string{"frobnicate"}, &out, &errb))
 	require.Contains(t, errb.String(), `unknown command "frobnicate"`)
+}
+
+// A shard where nothing listens is retried, each failure logged, until the
+// timeout; the error then names the shard.
+func TestMigrateRetriesUntilTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	dead := fmt.Sprintf("postgres://postgres@%s/nowhere?sslmode=disable", ln.Addr())
+	require.NoError(t, ln.Close()) // now nothing listens there
+	code, out, errOut := run(t, map[string]string{"HARVEST_SHARDS": dead}, "migrate", "-timeout", "1500ms")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "shard 0 (postgres://postgres@"+ln.Addr().String()+"/nowhere")
+	require.Contains(t, out, "FAILED")
+	require.Contains(t, errOut, "attempt 2:", "retried: %s", errOut)
+	require.Contains(t, errOut, "1 of 1 shards not migrated")
+}
+
+// lockedBuffer is a bytes.Buffer the command writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// A shard whose database appears after the command started is migrated
+// once it does: the command keeps trying instead of failing at once.
+func TestMigrateWaitsForLateShard(t *testing.T) {
+	admin := testsvc.ServerURL(t)
+	name := testsvc.RandomName("late")
+	u, err := url.Parse(admin)
+	require.NoError(t, err, "testsvc URL")
+	u.Path = "/" + name
+	late := u.String()
+	t.Setenv("HARVEST_SHARDS", late)
+
+	var out, errb lockedBuffer
+	done := make(chan int, 1)
+	go func() { done <- Main([]string{"migrate", "-timeout", "60s"}, &out, &errb) }()
+	// The first attempt fails: the database does not exist yet.
+	require.Eventually(t, func() bool { return strings.Contains(errb.String(), "attempt 1:") },
+		20*time.Second, 20*time.Millisecond)
+
+	conn, err := pgx.Connect(t.Context(), admin)
+	require.NoError(t, err)
+	defer func() { _ = conn.Close(context.Background()) }()
+	_, err = conn.Exec(t.Context(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), admin)
+		if err != nil {
+			return
+		}
+		defer func() { _ = c.Close(context.Background()) }()
+		_, _ = c.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+
+	select {
+	case code := <-done:
+		require.Equal(t, 0, code, "stdout: %s\nstderr: %s", out.String(), errb.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("migrate did not finish: %s", errb.String())
+	}
+	require.Contains(t, out.String(), fmt.Sprintf("shard 0 (%s): version %d", config.Redact(late), schema.Latest()))
+	require.Contains(t, tableNames(t, late), "runs")
 }

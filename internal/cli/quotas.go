@@ -28,7 +28,7 @@ HARVEST_TOKEN) set, the command goes through that gateway. Exit codes: 0 every s
 func runQuotas(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(e.stderr, "usage: harvest "+quotasUsage)
+			fmt.Fprintln(e.stdout, "usage: harvest "+quotasUsage)
 			return flag.ErrHelp
 		}
 		return usageError{Msg: "usage: harvest " + quotasUsage}

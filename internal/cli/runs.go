@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
@@ -40,26 +44,44 @@ func runsClient() (*client.Client, error) {
 }
 
 const runsUsage = `runs get ID [--wait 30s] [--json]
+       harvest runs list [--status queued,running] [--queue Q] [--name WORKFLOW] [--limit 50] [--cursor C] [--json]
+       harvest runs cancel ID [--json]
 
-Reads a run through the gateway at HARVEST_GATEWAY_URL with the token in
-HARVEST_TOKEN. --wait waits until the run is final or the time is up.
-Exit status: 0 read (whatever the run's status), 1 error, 2 bad usage.`
+Reads, lists or cancels the runs of the tenant of the token in HARVEST_TOKEN
+through the gateway at HARVEST_GATEWAY_URL.
+
+  get     prints a run; --wait waits until it is final or the time is up.
+  list    prints a page of runs, newest first, as a table, then the cursor
+          of the next page (pass it as --cursor); --json prints the page.
+  cancel  cancels a run that is not final yet and prints it.
+
+Exit status: 0 done (whatever the run's status), 1 error, 2 bad usage.`
 
 func runRuns(ctx context.Context, e env, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintln(e.stderr, "usage: harvest "+runsUsage)
+	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 		if len(args) == 0 {
-			return usageError{Msg: "name a subcommand: get"}
+			fmt.Fprintln(e.stderr, "usage: harvest "+runsUsage)
+			return usageError{Msg: "name a subcommand: get, list or cancel"}
 		}
+		fmt.Fprintln(e.stdout, "usage: harvest "+runsUsage)
 		return nil
 	}
-	if args[0] != "get" {
-		return usageError{Msg: fmt.Sprintf("unknown runs command %q (want get)", args[0])}
+	switch args[0] {
+	case "get":
+		return runsGet(ctx, e, args[1:])
+	case "list":
+		return runsList(ctx, e, args[1:])
+	case "cancel":
+		return runsCancel(ctx, e, args[1:])
 	}
+	return usageError{Msg: fmt.Sprintf("unknown runs command %q (want get, list or cancel)", args[0])}
+}
+
+func runsGet(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "runs get", runsUsage)
 	wait := fs.Duration("wait", 0, "wait up to this long for the run to be final")
 	asJSON := fs.Bool("json", false, "print the run resource as JSON")
-	id, rest := splitPositional(args[1:])
+	id, rest := splitPositional(args)
 	if err := parseFlags(fs, rest); err != nil {
 		return err
 	}
@@ -80,6 +102,103 @@ func runRuns(ctx context.Context, e env, args []string) error {
 		return apiFailure(err)
 	}
 	return printRun(e, run, *asJSON)
+}
+
+// parseStatuses reads --status: a comma-separated list of run statuses,
+// checked here so that a typo is a usage error rather than a 400.
+func parseStatuses(v string) ([]api.Status, error) {
+	if v == "" {
+		return nil, nil
+	}
+	known := []api.Status{api.StatusDeferred, api.StatusQueued, api.StatusRunning,
+		api.StatusCompleted, api.StatusFailed, api.StatusCancelled}
+	var out []api.Status
+	for _, p := range strings.Split(v, ",") {
+		s := api.Status(strings.TrimSpace(p))
+		if !slices.Contains(known, s) {
+			return nil, usageError{Msg: fmt.Sprintf("--status: unknown status %q (want a comma-separated list of deferred, queued, running, completed, failed, cancelled)", p)}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func runsList(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "runs list", runsUsage)
+	status := fs.String("status", "", "only runs in these statuses, comma-separated (queued,running,...)")
+	queue := fs.String("queue", "", "only runs of this queue")
+	name := fs.String("name", "", "only runs of this workflow")
+	limit := fs.Int("limit", 0, "runs in the page (0: the gateway's default)")
+	cursor := fs.String("cursor", "", "the next-page cursor a previous list printed")
+	asJSON := fs.Bool("json", false, "print the page as JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	statuses, err := parseStatuses(*status)
+	if err != nil {
+		return err
+	}
+	if *limit < 0 {
+		return usageError{Msg: fmt.Sprintf("--limit %d: want 0 or more", *limit)}
+	}
+	c, err := runsClient()
+	if err != nil {
+		return err
+	}
+	page, err := c.List(ctx, client.ListOptions{Statuses: statuses, Queue: *queue, Name: *name,
+		Limit: *limit, Cursor: *cursor})
+	if err != nil {
+		return apiFailure(err)
+	}
+	if *asJSON {
+		return printJSON(e, page)
+	}
+	printRunTable(e.stdout, page)
+	return nil
+}
+
+// printRunTable writes a page as a table, then the next cursor when there
+// is one, so that a person can page through without --json.
+func printRunTable(w io.Writer, page api.RunList) {
+	tw := tabwriter.NewWriter(w, 1, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tQUEUE\tNAME\tCREATED")
+	for _, r := range page.Runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Status, r.Queue, r.Name, r.CreatedAt.Format(time.RFC3339))
+	}
+	_ = tw.Flush()
+	if page.NextCursor != "" {
+		fmt.Fprintf(w, "\nnext page: harvest runs list --cursor %s\n", page.NextCursor)
+	}
+}
+
+func runsCancel(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "runs cancel", runsUsage)
+	asJSON := fs.Bool("json", false, "print the run resource as JSON")
+	id, rest := splitPositional(args)
+	if err := parseFlags(fs, rest); err != nil {
+		return err
+	}
+	if id == "" {
+		return usageError{Msg: "usage: harvest runs cancel ID [--json]"}
+	}
+	c, err := runsClient()
+	if err != nil {
+		return err
+	}
+	run, err := c.Cancel(ctx, id)
+	if err != nil {
+		return apiFailure(err)
+	}
+	return printRun(e, run, *asJSON)
+}
+
+func printJSON(e env, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode JSON: %w", err)
+	}
+	fmt.Fprintln(e.stdout, string(b))
+	return nil
 }
 
 // splitPositional takes the first argument that is not a flag out of args,
@@ -134,12 +253,7 @@ func apiFailure(err error) error {
 
 func printRun(e env, run api.Run, asJSON bool) error {
 	if asJSON {
-		b, err := json.MarshalIndent(run, "", "  ")
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(e.stdout, string(b))
-		return nil
+		return printJSON(e, run)
 	}
 	fmt.Fprintf(e.stdout, "run       %s\ntenant    %s\nworkflow  %s\nqueue     %s (shard %d, key %q)\nstatus    %s\nattempts  %d\n",
 		run.ID, run.Tenant, run.Name, run.Queue, run.Shard, run.FairnessKey, run.Status, run.Attempts)

@@ -233,7 +233,7 @@ HARVEST_GATEWAY_URL (with HARVEST_TOKEN) when it is set. Exit codes: 0 every sha
 func runWeights(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprintln(e.stderr, "usage: harvest "+weightsUsage)
+			fmt.Fprintln(e.stdout, "usage: harvest "+weightsUsage)
 			return flag.ErrHelp
 		}
 		return usageError{Msg: "usage: harvest " + weightsUsage}

@@ -42,13 +42,16 @@ func (b Binary) Usage(w io.Writer, spec any) {
 
 // Start handles the command line and loads cfg from the environment. It
 // returns ok when the binary should run; otherwise code is the exit code
-// (help shown, a stray argument, or a variable that does not parse or
+// (help or --version shown, a stray argument, or a variable that does not parse or
 // validate, whose name the message on stderr gives).
 func (b Binary) Start(args []string, stdout, stderr io.Writer, cfg Validator) (code int, ok bool) {
 	if len(args) > 0 {
 		switch args[0] {
 		case "-h", "-help", "--help", "help":
 			b.Usage(stdout, cfg)
+			return ExitOK, false
+		case "-version", "--version", "version":
+			fmt.Fprintf(stdout, "%s %s\n", b.Name, Version())
 			return ExitOK, false
 		}
 		fmt.Fprintf(stderr, "%s: unexpected argument %q: it is configured by the environment\n\n", b.Name, args[0])

@@ -3,6 +3,8 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -83,4 +85,29 @@ func TestBinaryStart(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, ExitOK, code)
 	require.Equal(t, 80, cfg.Port)
+}
+
+// --version prints the binary's name and version on stdout and stops it,
+// like --help; nothing goes to stderr.
+func TestBinaryVersion(t *testing.T) {
+	t.Parallel()
+	b := Binary{Name: "tool", Intro: "tool: does things.\n"}
+	for _, arg := range []string{"--version", "-version", "version"} {
+		var out, errb bytes.Buffer
+		var cfg fakeCfg
+		code, ok := b.Start([]string{arg}, &out, &errb, &cfg)
+		require.False(t, ok, arg)
+		require.Equal(t, ExitOK, code, arg)
+		require.Equal(t, "tool "+Version()+"\n", out.String(), arg)
+		require.Empty(t, errb.String(), arg)
+	}
+}
+
+// Version always names a version (a test binary has none of its own, so
+// "(devel)") and the Go version.
+func TestVersionNamesGo(t *testing.T) {
+	t.Parallel()
+	v := Version()
+	require.Contains(t, v, runtime.Version())
+	require.NotEmpty(t, strings.Fields(v)[0])
 }

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -57,8 +58,48 @@ const (
 // that the demos are not refused (a deployed gateway defaults to 128).
 const DefaultMaxRuns = 100000
 
-// Queue is the queue the dev workers serve.
+// Queue is the queue the dev workers serve when Options.Queues is empty.
 const Queue = "default"
+
+// ParseQueues reads the value of harvest dev's --queues flag: queue names
+// separated by commas, each with an optional ":N", its share of the
+// workers' claims (1 when absent), as in "orders,emails:3". Errors name
+// the flag, since that is where the user has to look.
+func ParseQueues(v string) (map[string]float64, error) {
+	out := map[string]float64{}
+	for part := range strings.SplitSeq(v, ",") {
+		part = strings.TrimSpace(part)
+		name, share, hasShare := strings.Cut(part, ":")
+		name = strings.TrimSpace(name)
+		if name == "" {
+			return nil, fmt.Errorf("--queues %q: a queue name is empty (want name[:share],...)", v)
+		}
+		w := 1.0
+		if hasShare {
+			n, err := strconv.Atoi(strings.TrimSpace(share))
+			if err != nil || n < 1 || n > 1_000_000 {
+				return nil, fmt.Errorf("--queues %q: queue %q: share %q is not a whole number from 1 to 1000000", v, name, share)
+			}
+			w = float64(n)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("--queues %q: queue %q is named twice", v, name)
+		}
+		out[name] = w
+	}
+	return out, nil
+}
+
+// QueueList formats queues as ParseQueues reads them, in name order.
+func QueueList(queues map[string]float64) string {
+	names := slices.Sorted(maps.Keys(queues))
+	for i, n := range names {
+		if w := queues[n]; w != 1 {
+			names[i] = n + ":" + strconv.FormatFloat(w, 'f', -1, 64)
+		}
+	}
+	return strings.Join(names, ",")
+}
 
 // tenantNames are the tenants of the dev fleet: the users of
 // deploy/nats/nats.conf.
@@ -84,6 +125,9 @@ type Options struct {
 	TraceStdout io.Writer
 	// Logger receives the fleet's log lines; nil discards them.
 	Logger *slog.Logger
+	// Queues are the queues the workers serve, each with its share of the
+	// claims (see ParseQueues); empty means Queue alone.
+	Queues map[string]float64
 }
 
 // Tenant is one demo tenant with its credentials.
@@ -106,6 +150,8 @@ type Fleet struct {
 	Tenants  []Tenant
 	Postgres string // what serves the shards, for people
 	MaxRuns  int
+	// Queues are the queues the workers serve, with their shares.
+	Queues map[string]float64
 }
 
 // EnvLines returns the NAME=value lines of `harvest dev --env-file`.
@@ -168,6 +214,9 @@ func Run(ctx context.Context, o Options, ready func(*Fleet)) (err error) {
 	if o.DatabaseURL == "" {
 		o.DatabaseURL = DefaultDatabaseURL
 	}
+	if len(o.Queues) == 0 {
+		o.Queues = map[string]float64{Queue: 1}
+	}
 	var undo cleanups
 	defer func() {
 		if cerr := undo.run(); cerr != nil {
@@ -213,7 +262,7 @@ func Run(ctx context.Context, o Options, ready func(*Fleet)) (err error) {
 	})
 
 	// PostgreSQL: the machine's server, or a throwaway one.
-	f := &Fleet{MaxRuns: o.MaxRuns}
+	f := &Fleet{MaxRuns: o.MaxRuns, Queues: maps.Clone(o.Queues)}
 	adminURL := o.DatabaseURL
 	if perr := probe(setupCtx, adminURL); perr != nil {
 		if !unreachable(perr) {
@@ -342,9 +391,13 @@ func Run(ctx context.Context, o Options, ready func(*Fleet)) (err error) {
 		return fmt.Errorf("dev: gateway: %w", err)
 	}
 
+	if err := warnUnserved(&undo, log, serviceURL, f.Queues); err != nil {
+		return err
+	}
+
 	// Workers: one per shard, fairness on.
 	for i := range f.Shards {
-		if err := startWorker(ctx, &undo, log, f.Shards[i], i, serviceURL); err != nil {
+		if err := startWorker(ctx, &undo, log, f.Shards[i], i, serviceURL, f.Queues); err != nil {
 			return err
 		}
 	}
@@ -361,7 +414,7 @@ func Run(ctx context.Context, o Options, ready func(*Fleet)) (err error) {
 
 // startWorker runs one worker on shard i until the clean-up step stops it;
 // it returns once the worker claims.
-func startWorker(ctx context.Context, undo *cleanups, log *slog.Logger, shardURL string, i int, natsURL string) error {
+func startWorker(ctx context.Context, undo *cleanups, log *slog.Logger, shardURL string, i int, natsURL string, queues map[string]float64) error {
 	pcfg, err := pgxpool.ParseConfig(shardURL)
 	if err != nil {
 		return fmt.Errorf("dev: worker %d: %w", i, err)
@@ -383,7 +436,7 @@ func startWorker(ctx context.Context, undo *cleanups, log *slog.Logger, shardURL
 
 	cfg := worker.DefaultConfig()
 	cfg.Shard = i
-	cfg.Queues = map[string]float64{Queue: 1}
+	cfg.Queues = maps.Clone(queues)
 	cfg.FairnessKeys = true
 	cfg.ID = fmt.Sprintf("dev-worker-%d", i)
 	cfg.ShutdownGrace = 5 * time.Second
@@ -419,6 +472,53 @@ func startWorker(ctx context.Context, undo *cleanups, log *slog.Logger, shardURL
 		done <- err
 		return fmt.Errorf("dev: worker %d: %w", i, err)
 	}
+}
+
+// warnUnserved logs a warning, once per queue, when a run is started on a
+// queue no dev worker serves: such a run waits for ever without a word,
+// which looks like a hang. The gateway publishes a wake-up on the queue's
+// subject after every start due now, so listening to all of them sees
+// every queue in use.
+func warnUnserved(undo *cleanups, log *slog.Logger, natsURL string, served map[string]float64) error {
+	nc, err := nats.Connect(natsURL, nats.Name("harvest-dev-queue-watch"),
+		nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	if err != nil {
+		return fmt.Errorf("dev: queue watch: NATS: %w", err)
+	}
+	undo.push(func() error { nc.Close(); return nil })
+	// Wake(shard, queue) ends in ".<shard>.<queue>"; the rest is the stem
+	// every wake subject shares.
+	stem := strings.TrimSuffix(dispatch.Subjects{}.Wake(0, "q"), "0.q")
+	list := QueueList(served)
+	var mu sync.Mutex
+	warned := map[string]bool{}
+	_, err = nc.Subscribe(stem+"*.*", func(m *nats.Msg) {
+		tok := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		q, err := dispatch.DecodeToken(tok)
+		if err != nil {
+			return
+		}
+		if _, ok := served[q]; ok {
+			return
+		}
+		mu.Lock()
+		first := !warned[q]
+		warned[q] = true
+		mu.Unlock()
+		if first {
+			log.Warn(fmt.Sprintf("a run was started on queue %q, which no dev worker serves, so it waits; restart harvest dev with --queues %s,%s to serve it", q, list, q),
+				"queue", q, "served", list)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("dev: queue watch: subscribe: %w", err)
+	}
+	// The subscription must be in place before the fleet reports ready,
+	// or a start right after could slip by unseen.
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("dev: queue watch: %w", err)
+	}
+	return nil
 }
 
 // orderTenants puts first two tenants that share a home shard among n

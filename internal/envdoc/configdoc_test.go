@@ -3,6 +3,7 @@ package envdoc_test
 import (
 	"flag"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,12 +16,19 @@ import (
 	"github.com/harvest-run/harvest/internal/workerbin"
 )
 
-var update = flag.Bool("update", false, "rewrite the generated tables of docs/configuration.md")
+var update = flag.Bool("update", false, "rewrite the generated tables of docs/configuration.md and docs/worker.md")
 
-const docPath = "../../docs/configuration.md"
+// generatedDocs are the pages that hold generated tables, each with the
+// sections it holds. docs/worker.md shows the worker's table beside the
+// prose about it; both copies come from the same struct, so neither can
+// drift.
+var generatedDocs = map[string][]string{
+	"../../docs/configuration.md": {"gateway", "worker", "harvest"},
+	"../../docs/worker.md":        {"worker"},
+}
 
-// sections maps each generated section of docs/configuration.md to the
-// configuration structs of its binary.
+// sections maps each generated section to the configuration structs of
+// its binary.
 func sections() map[string][]any {
 	return map[string][]any{
 		"gateway": {&gateway.Config{}},
@@ -29,31 +37,50 @@ func sections() map[string][]any {
 	}
 }
 
-// docs/configuration.md lists every variable of every binary, as the
-// binaries read them: its tables are generated from the configuration
-// structs. Run `go test ./internal/envdoc -update` after changing one.
+// The docs list every variable of every binary, as the binaries read them:
+// their tables are generated from the configuration structs. Run
+// `go test ./internal/envdoc -update` after changing one.
 func TestConfigurationDocListsEveryVariable(t *testing.T) {
-	b, err := os.ReadFile(docPath)
-	require.NoError(t, err)
-	doc := string(b)
-	for name, specs := range sections() {
-		vars, err := envdoc.Vars("HARVEST", specs...)
+	specs := sections()
+	for docPath, names := range generatedDocs {
+		b, err := os.ReadFile(docPath)
 		require.NoError(t, err)
-		re := regexp.MustCompile(`(?s)(<!-- BEGIN GENERATED ` + name + ` -->\n)(.*?)(<!-- END GENERATED ` + name + ` -->)`)
-		m := re.FindStringSubmatch(doc)
-		require.NotNil(t, m, "docs/configuration.md has no generated section for %s", name)
-		want := envdoc.Markdown(vars)
-		if *update {
-			doc = re.ReplaceAllLiteralString(doc, m[1]+want+m[3])
-			continue
+		doc := string(b)
+		for _, name := range names {
+			vars, err := envdoc.Vars("HARVEST", specs[name]...)
+			require.NoError(t, err)
+			re := regexp.MustCompile(`(?s)(<!-- BEGIN GENERATED ` + name + ` -->\n)(.*?)(<!-- END GENERATED ` + name + ` -->)`)
+			m := re.FindStringSubmatch(doc)
+			require.NotNil(t, m, "%s has no generated section for %s", docPath, name)
+			want := envdoc.Markdown(vars)
+			if *update {
+				doc = re.ReplaceAllLiteralString(doc, m[1]+want+m[3])
+				continue
+			}
+			require.Equal(t, want, m[2], "the %s table of %s is stale: run go test ./internal/envdoc -update", name, docPath)
+			for _, v := range vars {
+				require.Contains(t, m[2], "`"+v.Name+"`")
+			}
 		}
-		require.Equal(t, want, m[2], "the %s table of docs/configuration.md is stale: run go test ./internal/envdoc -update", name)
-		for _, v := range vars {
-			require.Contains(t, m[2], "`"+v.Name+"`")
+		if *update {
+			require.NoError(t, os.WriteFile(docPath, []byte(doc), 0o644))
 		}
 	}
-	if *update {
-		require.NoError(t, os.WriteFile(docPath, []byte(doc), 0o644))
+}
+
+// No page but the generated sections carries a table row of a variable
+// with its default (a row of three cells or more):
+// a hand-kept copy of a table is how docs/worker.md once drifted.
+func TestNoHandKeptVariableTable(t *testing.T) {
+	docs, err := filepath.Glob("../../docs/*.md")
+	require.NoError(t, err)
+	row := regexp.MustCompile("(?m)^\\| `HARVEST_[A-Z0-9_]+` \\|[^|\\n]*\\|[^|\\n]*\\|")
+	gen := regexp.MustCompile(`(?s)<!-- BEGIN GENERATED \w+ -->.*?<!-- END GENERATED \w+ -->`)
+	for _, p := range docs {
+		b, err := os.ReadFile(p)
+		require.NoError(t, err)
+		rest := gen.ReplaceAllString(string(b), "")
+		require.Empty(t, row.FindAllString(rest, -1), "%s keeps a table of variables by hand: generate it (see generatedDocs)", p)
 	}
 }
 

@@ -241,7 +241,9 @@ func (g *Gateway) initMetrics() error {
 	if g.duration, err = m.Float64Histogram("harvest.gateway.start.duration",
 		metric.WithDescription("Time from a start's arrival to its answer."),
 		metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5)); err != nil {
+		// From half a millisecond (a replay) to the ten seconds a start
+		// may wait for an unreachable shard.
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)); err != nil {
 		return fmt.Errorf("gateway: metrics: %w", err)
 	}
 	if g.groups, err = m.Int64Histogram("harvest.gateway.commit.group_size",

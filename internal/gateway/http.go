@@ -11,7 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/runstore"
@@ -59,15 +62,59 @@ func (g *Gateway) Handler() http.Handler {
 // loses the connection instead of holding one of the gateway's file
 // descriptors for as long as it likes. A long poll (GET /v1/runs/{id}?wait=)
 // gets its wait on top of the write timeout.
+//
+// The server traces and measures its requests (OpenTelemetry HTTP server
+// spans and http.server.request.duration) through TracedHandler.
 func (g *Gateway) Server() *http.Server {
 	return &http.Server{
-		Handler:           closeOnUnreadBody(g.Handler()),
+		Handler:           TracedHandler(closeOnUnreadBody(g.Handler())),
 		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
 		ReadTimeout:       g.cfg.ReadTimeout,
 		WriteTimeout:      g.cfg.WriteTimeout,
 		IdleTimeout:       g.cfg.IdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 	}
+}
+
+// untraced are the paths whose requests make no span: scrapes and probes
+// come every few seconds and tell nothing about the runs.
+var untraced = map[string]bool{"/metrics": true, "/healthz": true, "/readyz": true}
+
+// TracedHandler wraps h, a handler that routes with an http.ServeMux (such
+// as Handler), in an OpenTelemetry HTTP server span per request, named by
+// the method and the matched route ("POST /v1/runs", never the path with
+// its run id), with the http.route attribute, and records the request
+// metrics of the HTTP semantic conventions. A caller's traceparent is
+// continued. /metrics, /healthz and /readyz are not traced.
+func TracedHandler(h http.Handler) http.Handler {
+	withRoute := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		// The mux fills in r.Pattern while routing; otelhttp names the
+		// span from it afterwards but sets no http.route on the span.
+		if route := routeOf(r.Pattern); route != "" {
+			trace.SpanFromContext(r.Context()).SetAttributes(semconv.HTTPRoute(route))
+		}
+	})
+	return otelhttp.NewHandler(withRoute, "http.server",
+		otelhttp.WithPropagators(telemetry.Propagator),
+		otelhttp.WithFilter(func(r *http.Request) bool { return !untraced[r.URL.Path] }),
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			if route := routeOf(r.Pattern); route != "" {
+				return r.Method + " " + route
+			}
+			// Before routing (the span's start) and for requests no
+			// route matched, the method alone keeps names bounded.
+			return r.Method
+		}))
+}
+
+// routeOf is the path part of a ServeMux pattern ("GET /v1/runs/{id}"
+// gives "/v1/runs/{id}").
+func routeOf(pattern string) string {
+	if i := strings.IndexByte(pattern, '/'); i >= 0 {
+		return pattern[i:]
+	}
+	return ""
 }
 
 // closeOnUnreadBody answers a refusal given before the request's body was
@@ -178,7 +225,12 @@ func httpCaller(p auth.Principal) caller {
 }
 
 // httpContext continues the caller's trace when the request carries one.
+// Under TracedHandler the request's context already holds the HTTP server
+// span (a child of the caller's), which the start spans must hang below.
 func httpContext(r *http.Request) context.Context {
+	if trace.SpanContextFromContext(r.Context()).IsValid() {
+		return r.Context()
+	}
 	return telemetry.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 }
 

@@ -136,6 +136,12 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 		return err
 	}
 	defer g.Close()
+	// Unregistered (deferred later, so run earlier) before g.Close closes
+	// the pools.
+	for i, p := range g.Shards() {
+		defer telemetry.RegisterPool(i, p)()
+	}
+	defer telemetry.RegisterNATS(nc)()
 	migrate(ctx, g.Shards(), log)
 	// A fresh shard 0 has its settings table only now.
 	if err := g.adm.tryLoad(g.adm.ctx); err != nil {

@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/natsauth"
@@ -62,13 +67,31 @@ func (g *Gateway) ServeNATS() error {
 
 // natsStart answers one start or batch-start request.
 func (g *Gateway) natsStart(msg *nats.Msg, batch bool) {
-	ctx := dispatch.Extract(context.Background(), msg)
+	// A request with a reply subject is a call the caller waits on (a
+	// server span); one without is a message handled on its own (a
+	// consumer span). Either way the start spans hang below it.
+	kindOf := trace.SpanKindConsumer
+	if msg.Reply != "" {
+		kindOf = trace.SpanKindServer
+	}
+	ctx, span := g.tracer.Start(dispatch.Extract(context.Background(), msg),
+		dispatch.SpanName(msg.Subject, dispatch.OperationProcess),
+		trace.WithSpanKind(kindOf),
+		trace.WithAttributes(dispatch.MessagingAttributes(msg.Subject, dispatch.OperationProcess)...),
+		trace.WithAttributes(
+			semconv.MessagingConsumerGroupName(g.cfg.QueueGroup),
+			semconv.MessagingMessageBodySize(len(msg.Data))))
+	defer span.End()
 	kind := ".start."
 	if batch {
 		kind = ".start_batch."
 	}
 	tenant := strings.TrimPrefix(msg.Subject, g.cfg.SubjectPrefix+kind)
 	reply := func(status int, v any) {
+		span.SetAttributes(attribute.Int("harvest.status", status))
+		if status >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(status))
+		}
 		if msg.Reply == "" {
 			return
 		}

@@ -170,7 +170,9 @@ func (g *Gateway) startMany(ctx context.Context, c caller, reqs []api.StartReque
 	var params []runstore.StartParams
 	var index, deferredIdx []int
 	for i := range reqs {
-		sctx, span := g.tracer.Start(ctx, "harvest.start", trace.WithSpanKind(trace.SpanKindServer),
+		// Internal: the HTTP and NATS servers make the server span this
+		// one sits under.
+		sctx, span := g.tracer.Start(ctx, "harvest.start", trace.WithSpanKind(trace.SpanKindInternal),
 			trace.WithAttributes(
 				attribute.String("harvest.transport", c.transport),
 				attribute.String("harvest.tenant", c.tenant),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -50,12 +49,10 @@ letters, digits, '_' and '-' (secrets from auth.NewSecret qualify).
 
 Tenant clients must set their inbox prefix to _INBOX_<tenant>
 (nats.CustomInboxPrefix in Go, --inbox-prefix with the nats tool).`,
-		Listen:    "0.0.0.0:4222",
-		HTTP:      "0.0.0.0:8222",
-		JetStream: true,
-		StoreDir:  "/data/jetstream",
-		Services:  []User{{Name: "harvest", Password: Env(deployPasswordEnv["harvest"])}},
-		Handlers:  []User{{Name: "handlers", Password: Env(deployPasswordEnv["handlers"])}},
+		Listen:   "0.0.0.0:4222",
+		HTTP:     "0.0.0.0:8222",
+		Services: []User{{Name: "harvest", Password: Env(deployPasswordEnv["harvest"])}},
+		Handlers: []User{{Name: "handlers", Password: Env(deployPasswordEnv["handlers"])}},
 	}
 	for _, tenant := range []string{"acme", "globex", "initech"} {
 		opts.Tenants = append(opts.Tenants, TenantUser{Name: tenant, Password: Env(deployPasswordEnv[tenant]), Tenant: tenant})
@@ -96,8 +93,8 @@ func TestDeployConfig(t *testing.T) {
 	require.Equal(t, 4222, sopts.Port)
 	require.Equal(t, "0.0.0.0", sopts.HTTPHost)
 	require.Equal(t, 8222, sopts.HTTPPort)
-	require.True(t, sopts.JetStream)
-	require.Equal(t, "/data/jetstream", sopts.StoreDir)
+	// Nothing in the fleet uses JetStream, so the server runs without it.
+	require.False(t, sopts.JetStream)
 	require.Len(t, sopts.Users, len(deployPasswordEnv))
 	for _, u := range sopts.Users {
 		require.Equal(t, passwords[u.Username], u.Password, "password of %s from the environment", u.Username)
@@ -141,7 +138,6 @@ func startDeployServer(t *testing.T, sopts *server.Options) string {
 	sopts.Port = server.RANDOM_PORT
 	sopts.HTTPHost = "127.0.0.1"
 	sopts.HTTPPort = server.RANDOM_PORT
-	sopts.StoreDir = filepath.Join(t.TempDir(), "jetstream")
 	sopts.NoSigs = true
 	sopts.NoLog = true
 	ns, err := server.NewServer(sopts)
@@ -152,6 +148,5 @@ func startDeployServer(t *testing.T, sopts *server.Options) string {
 		ns.WaitForShutdown()
 	})
 	require.True(t, ns.ReadyForConnections(10*time.Second), "server not ready")
-	require.True(t, ns.JetStreamEnabled())
 	return ns.ClientURL()
 }

@@ -8,13 +8,16 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"sync"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/propagation"
@@ -101,19 +104,20 @@ func setup(ctx context.Context, serviceName string, opts ...Option) (shutdown fu
 	for _, opt := range opts {
 		opt(&o)
 	}
-	res, err := resource.Merge(resource.Default(),
-		resource.NewSchemaless(attribute.String("service.name", serviceName)))
+	res, err := Resource(ctx, serviceName)
 	if err != nil {
-		return nil, fmt.Errorf("telemetry: resource: %w", err)
+		return nil, err
 	}
 
 	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-	if otlpConfigured() {
-		exp, err := otlptracehttp.New(ctx)
+	if tracesExportConfigured() {
+		exp, err := autoexport.NewSpanExporter(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("telemetry: OTLP trace exporter: %w", err)
+			return nil, fmt.Errorf("telemetry: trace exporter: %w", err)
 		}
-		tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
+		if !autoexport.IsNoneSpanExporter(exp) {
+			tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
+		}
 	}
 	if o.stdout != nil {
 		exp, err := stdouttrace.New(stdouttrace.WithWriter(o.stdout))
@@ -128,11 +132,37 @@ func setup(ctx context.Context, serviceName string, opts ...Option) (shutdown fu
 	tp := sdktrace.NewTracerProvider(tpOpts...)
 
 	reg := prometheus.NewRegistry()
+	// The process's own figures (Go runtime, file descriptors, memory) and
+	// those of the registered pools and NATS connections sit next to the
+	// OpenTelemetry instruments on the same page.
+	if err := reg.Register(collectors.NewGoCollector()); err != nil {
+		return nil, fmt.Errorf("telemetry: Go collector: %w", err)
+	}
+	if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, fmt.Errorf("telemetry: process collector: %w", err)
+	}
+	if err := reg.Register(poolCollector{}); err != nil {
+		return nil, fmt.Errorf("telemetry: pgx pool collector: %w", err)
+	}
+	if err := reg.Register(natsCollector{}); err != nil {
+		return nil, fmt.Errorf("telemetry: NATS collector: %w", err)
+	}
 	promExp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithResource(res), sdkmetric.WithReader(promExp))
+	mpOpts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promExp)}
+	if metricsExportConfigured() {
+		reader, err := autoexport.NewMetricReader(ctx)
+		if err != nil {
+			_ = tp.Shutdown(ctx)
+			return nil, fmt.Errorf("telemetry: metric exporter: %w", err)
+		}
+		if !autoexport.IsNoneMetricReader(reader) {
+			mpOpts = append(mpOpts, sdkmetric.WithReader(reader))
+		}
+	}
+	mp := sdkmetric.NewMeterProvider(mpOpts...)
 
 	otel.SetTracerProvider(tp)
 	otel.SetMeterProvider(mp)
@@ -146,10 +176,80 @@ func setup(ctx context.Context, serviceName string, opts ...Option) (shutdown fu
 	}, nil
 }
 
-// otlpConfigured reports whether the environment names an OTLP endpoint for
-// traces.
-func otlpConfigured() bool {
-	return os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
+// Resource describes this process to the telemetry back ends. By the
+// OpenTelemetry precedence the environment wins: OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES override what the binary supplies, which is only
+// the default: serviceName, the main module's version as service.version
+// and a random service.instance.id drawn once per process (so that two
+// replicas of one service are told apart).
+//
+// A malformed OTEL_RESOURCE_ATTRIBUTES does not stop the process: what
+// could be read is used, and the error goes to the OpenTelemetry error
+// handler.
+func Resource(ctx context.Context, serviceName string) (*resource.Resource, error) {
+	res, err := resource.New(ctx,
+		resource.WithTelemetrySDK(),
+		// Detectors merge in order, later ones winning: the defaults
+		// first, the environment last.
+		resource.WithAttributes(
+			attribute.String("service.name", serviceName),
+			attribute.String("service.version", serviceVersion()),
+			attribute.String("service.instance.id", instanceID()),
+		),
+		resource.WithFromEnv(),
+	)
+	if err != nil {
+		if res == nil || !errors.Is(err, resource.ErrPartialResource) {
+			return nil, fmt.Errorf("telemetry: resource: %w", err)
+		}
+		otel.Handle(fmt.Errorf("telemetry: resource: %w", err))
+	}
+	return res, nil
+}
+
+// instanceID is this process's service.instance.id: one for the whole
+// process, so that Setup after Shared, or a second Setup, keeps it.
+var instanceID = sync.OnceValue(uuid.NewString)
+
+// serviceVersion is the main module's version as the go command stamped
+// it, or "(devel)" when there is none (go run, tests, builds without
+// module information).
+func serviceVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || bi.Main.Version == "" {
+		return "(devel)"
+	}
+	return bi.Main.Version
+}
+
+// tracesExportConfigured reports whether the environment asks for trace
+// export. autoexport alone would export to an OTLP collector on localhost
+// whenever OTEL_TRACES_EXPORTER is unset; a Harvest binary started without
+// any OTEL_* variable exports nothing instead (as before autoexport was
+// used), so that a laptop or a CI job without a collector does not log
+// failed exports. Naming an exporter (OTEL_TRACES_EXPORTER, "none"
+// included) or an OTLP endpoint opts in.
+func tracesExportConfigured() bool {
+	for _, k := range []string{"OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		if os.Getenv(k) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// metricsExportConfigured reports whether metrics are pushed as well as
+// served at /metrics. Pushing is opt-in through OTEL_METRICS_EXPORTER
+// only: an OTLP endpoint set for traces does not start pushing metrics to
+// a collector that may not take them. "prometheus" is left out because
+// the Prometheus registry of /metrics is always there; autoexport would
+// open a second listener for it.
+func metricsExportConfigured() bool {
+	switch os.Getenv("OTEL_METRICS_EXPORTER") {
+	case "", "none", "prometheus":
+		return false
+	}
+	return true
 }
 
 // MetricsHandler serves the metrics of the meter provider installed by the

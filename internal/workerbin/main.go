@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,8 +76,11 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer pool.Close()
 
+	// running is set once the worker loop starts, so that /readyz does not
+	// send traffic-dependent checks to a worker still wiring itself up.
+	var running atomic.Bool
 	if cfg.MetricsAddr != "" {
-		srv, err := serveMetrics(cfg.MetricsAddr, log)
+		srv, err := serveMetrics(cfg.MetricsAddr, log, pool, &running)
 		if err != nil {
 			return err
 		}
@@ -103,6 +107,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return fmt.Errorf("HARVEST_NATS_URL: %w", err)
 	}
 	defer nc.Close()
+	defer telemetry.RegisterNATS(nc)()
+	defer telemetry.RegisterPool(cfg.Shard, pool)()
 
 	subj := dispatch.Subjects{}
 	w, err := worker.New(pool, cfg.Worker(), worker.Options{
@@ -118,6 +124,8 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer func() { _ = unregister() }()
+	running.Store(true)
+	defer running.Store(false)
 	return w.Run(ctx)
 }
 
@@ -152,22 +160,62 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shard %d (%s): %w", cfg.Shard, config.Redact(url), err)
 	}
+	// A shard that is still starting (a fleet booting together) refuses
+	// connections for a while: keep trying, with backoff, for a minute.
 	mctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if _, err := schema.Migrate(mctx, pool); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("shard %d (%s): migrate: %w", cfg.Shard, config.Redact(url), err)
+	wait := 100 * time.Millisecond
+	for {
+		_, err := schema.Migrate(mctx, pool)
+		if err == nil {
+			return pool, nil
+		}
+		if mctx.Err() != nil {
+			pool.Close()
+			return nil, fmt.Errorf("shard %d (%s): migrate: %w", cfg.Shard, config.Redact(url), err)
+		}
+		slog.Warn("shard not ready: retrying", "shard", cfg.Shard, "url", config.Redact(url), "err", err, "wait", wait)
+		select {
+		case <-mctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
-	return pool, nil
 }
 
-func serveMetrics(addr string, log *slog.Logger) (*http.Server, error) {
+// serveMetrics serves /metrics, /healthz (the process answers) and /readyz
+// (the shard answers a ping within a second and the worker loop runs) on
+// addr. The probes are cheap so that orchestrators may poll them often.
+func serveMetrics(addr string, log *slog.Logger, pool *pgxpool.Pool, running *atomic.Bool) (*http.Server, error) {
+	srv, _, err := serveMetricsOn(addr, log, pool, running)
+	return srv, err
+}
+
+// serveMetricsOn is serveMetrics that also returns the address it listens
+// on (addr may name port 0).
+func serveMetricsOn(addr string, log *slog.Logger, pool *pgxpool.Pool, running *atomic.Bool) (*http.Server, string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("HARVEST_WORKER_METRICS_ADDR: %w", err)
+		return nil, "", fmt.Errorf("HARVEST_WORKER_METRICS_ADDR: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", telemetry.MetricsHandler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !running.Load() {
+			http.Error(w, "worker loop not running", http.StatusServiceUnavailable)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+		defer cancel()
+		if err := pool.Ping(ctx); err != nil {
+			http.Error(w, "shard: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second}
 	go func() {
@@ -176,5 +224,5 @@ func serveMetrics(addr string, log *slog.Logger) (*http.Server, error) {
 		}
 	}()
 	log.Info("serving metrics", "addr", ln.Addr().String())
-	return srv, nil
+	return srv, ln.Addr().String(), nil
 }

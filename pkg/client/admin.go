@@ -169,18 +169,18 @@ func queuePath(queue, kind string, key ...string) string {
 // with 207, 409 or 503: such a body (one without "error") is decoded into
 // out and is not an error.
 func (c *Client) fanoutCall(ctx context.Context, method, path string, q url.Values, in, out any) error {
-	status, data, err := c.httpRaw(ctx, method, path, q, in)
+	ans, err := c.httpRaw(ctx, method, path, q, in, method != http.MethodPost)
 	if err != nil {
 		return err
 	}
-	switch status {
+	switch ans.status {
 	case http.StatusMultiStatus, http.StatusConflict, http.StatusServiceUnavailable:
 		var probe map[string]json.RawMessage
-		if json.Unmarshal(data, &probe) == nil && probe != nil {
+		if json.Unmarshal(ans.data, &probe) == nil && probe != nil {
 			if _, isErr := probe["error"]; !isErr {
-				return json.NewDecoder(bytes.NewReader(data)).Decode(out)
+				return json.NewDecoder(bytes.NewReader(ans.data)).Decode(out)
 			}
 		}
 	}
-	return decodeAnswer(status, data, out)
+	return decodeAnswer(ans, out)
 }

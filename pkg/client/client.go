@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/dispatch"
@@ -45,6 +47,10 @@ type Options struct {
 	SubjectPrefix string
 	// NATSTimeout bounds NATS requests whose context has no deadline.
 	NATSTimeout time.Duration
+	// Retry, when set, sends a call again on 429 and 503 answers and on
+	// transport failures of calls safe to repeat (see RetryPolicy); nil
+	// sends every call once.
+	Retry *RetryPolicy
 }
 
 // Client talks to Harvest's gateways. It is safe for concurrent use.
@@ -56,6 +62,7 @@ type Client struct {
 	tenant   string
 	subjects dispatch.Subjects
 	timeout  time.Duration
+	retry    *RetryPolicy
 	// ownInbox: the connection's own inbox prefix is the tenant's, so its
 	// request multiplexer gets the answers; otherwise replies does.
 	ownInbox bool
@@ -66,6 +73,15 @@ type Client struct {
 func New(opts Options) (*Client, error) {
 	c := &Client{token: opts.Token, hc: opts.HTTPClient, nc: opts.NATS, tenant: opts.Tenant,
 		subjects: dispatch.Subjects{Prefix: opts.SubjectPrefix}, timeout: opts.NATSTimeout}
+	if opts.Retry != nil {
+		if err := opts.Retry.check(); err != nil {
+			return nil, err
+		}
+		// A copy: the caller changing its policy later must not race
+		// with calls in flight.
+		p := *opts.Retry
+		c.retry = &p
+	}
 	if opts.URL == "" && opts.NATS == nil {
 		return nil, errors.New("client: set Options.URL (HTTP) or Options.NATS")
 	}
@@ -93,9 +109,9 @@ func New(opts Options) (*Client, error) {
 
 // StartOptions are the optional parts of a start.
 type StartOptions struct {
-	// ID is the idempotency key (unique per tenant); the gateway makes a
-	// UUIDv7 when it is empty. Sending the same start with the same ID
-	// again returns the same run.
+	// ID is the idempotency key (unique per tenant); the client makes a
+	// UUIDv7 when it is empty (see StartRequest). Sending the same start
+	// with the same ID again returns the same run.
 	ID string
 	// FairnessKey names whose share of the queue the run uses; empty
 	// leaves it unset (the quota key, else the default key, stands in).
@@ -235,15 +251,25 @@ func (c *Client) Start(ctx context.Context, name, queue string, input any, o Sta
 	return c.StartRequest(ctx, req)
 }
 
-// StartRequest sends a start request as it is.
+// StartRequest sends a start request as it is, except that an empty
+// req.ID is filled with a new UUIDv7 before the first attempt. The client
+// rather than the gateway picks the id so that a start whose answer was
+// lost (a timeout, a reset connection, a 503 after the run was written)
+// can be sent again under the same id: the gateway then returns the run
+// the first attempt made (Created false) instead of starting a second
+// one, and answers 409 (ErrConflict) only if the id was used with a
+// different request. The returned Run.ID is that id.
 func (c *Client) StartRequest(ctx context.Context, req api.StartRequest) (Started, error) {
+	if err := fillID(&req); err != nil {
+		return Started{}, err
+	}
 	var run api.Run
 	var status int
 	var err error
 	if c.nc != nil {
 		status, err = c.natsCall(ctx, c.subjects.Start(c.tenant), req, &run)
 	} else {
-		status, err = c.httpCall(ctx, http.MethodPost, "/v1/runs", nil, req, &run)
+		status, err = c.httpCallSafe(ctx, http.MethodPost, "/v1/runs", nil, req, &run, true)
 	}
 	if err != nil {
 		return Started{}, err
@@ -253,10 +279,15 @@ func (c *Client) StartRequest(ctx context.Context, req api.StartRequest) (Starte
 
 // StartBatch starts many runs at once (at most api.MaxBatchItems). Each
 // result holds its run or its own error, in the order of reqs; the error
-// return is for the call as a whole.
+// return is for the call as a whole. As in StartRequest, each request
+// without an id gets a UUIDv7 before the first attempt (reqs itself is not
+// changed), so a retried batch replays the runs it already made.
 func (c *Client) StartBatch(ctx context.Context, reqs []api.StartRequest) ([]api.BatchResult, error) {
-	if reqs == nil {
-		reqs = []api.StartRequest{}
+	reqs = append([]api.StartRequest{}, reqs...)
+	for i := range reqs {
+		if err := fillID(&reqs[i]); err != nil {
+			return nil, err
+		}
 	}
 	body := api.BatchStartRequest{Runs: reqs}
 	var out api.BatchStartResponse
@@ -264,7 +295,7 @@ func (c *Client) StartBatch(ctx context.Context, reqs []api.StartRequest) ([]api
 	if c.nc != nil {
 		_, err = c.natsCall(ctx, c.subjects.StartBatch(c.tenant), body, &out)
 	} else {
-		_, err = c.httpCall(ctx, http.MethodPost, "/v1/runs/batch", nil, body, &out)
+		_, err = c.httpCallSafe(ctx, http.MethodPost, "/v1/runs/batch", nil, body, &out, true)
 	}
 	return out.Results, err
 }
@@ -346,66 +377,150 @@ func (c *Client) Cancel(ctx context.Context, id string) (api.Run, error) {
 	return run, err
 }
 
-// httpCall sends one HTTP request and decodes the answer into out, or
-// returns the API error.
-func (c *Client) httpCall(ctx context.Context, method, path string, q url.Values, in, out any) (int, error) {
-	status, data, err := c.httpRaw(ctx, method, path, q, in)
-	if err != nil {
-		return status, err
+// fillID gives a start without an id a UUIDv7, the form the gateway would
+// have made, so that every attempt of the call carries the same id.
+func fillID(req *api.StartRequest) error {
+	if req.ID != "" {
+		return nil
 	}
-	return status, decodeAnswer(status, data, out)
+	id, err := uuid.NewV7()
+	if err != nil {
+		return fmt.Errorf("client: make a run id: %w", err)
+	}
+	req.ID = id.String()
+	return nil
 }
 
-// httpRaw sends one HTTP request and returns the status and the body.
-// path must be escaped already (values go through url.PathEscape).
-func (c *Client) httpRaw(ctx context.Context, method, path string, q url.Values, in any) (int, []byte, error) {
+// propagator writes the caller's W3C trace context (and baggage) into
+// HTTP headers, as pkg/dispatch does into NATS headers. It is fixed rather
+// than otel's global one, which is a no-op until a program sets it: the
+// gateway's spans join the caller's trace whatever the program set up.
+var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+
+// answer is what one HTTP exchange returned.
+type answer struct {
+	status int
+	data   []byte
+	// retryAfter is the Retry-After header's wait, zero when absent.
+	retryAfter time.Duration
+}
+
+// httpCall sends an HTTP request (again, under the retry policy, when the
+// method is safe to repeat) and decodes the answer into out, or returns
+// the API error.
+func (c *Client) httpCall(ctx context.Context, method, path string, q url.Values, in, out any) (int, error) {
+	return c.httpCallSafe(ctx, method, path, q, in, out, method != http.MethodPost)
+}
+
+// httpCallSafe is httpCall with the caller saying whether the call may be
+// repeated after a transport failure (starts may: they carry their id).
+func (c *Client) httpCallSafe(ctx context.Context, method, path string, q url.Values, in, out any, safe bool) (int, error) {
+	ans, err := c.httpRaw(ctx, method, path, q, in, safe)
+	if err != nil {
+		return ans.status, err
+	}
+	return ans.status, decodeAnswer(ans, out)
+}
+
+// httpRaw sends an HTTP request, retrying under the policy, and returns the
+// last answer. path must be escaped already (values go through
+// url.PathEscape). safe says whether a transport failure may be retried;
+// 429 and 503 answers always may, since the gateway did not act on them.
+func (c *Client) httpRaw(ctx context.Context, method, path string, q url.Values, in any, safe bool) (answer, error) {
 	if c.base == nil {
-		return 0, nil, fmt.Errorf("client: %s %s needs Options.URL (HTTP)", method, path)
+		return answer{}, fmt.Errorf("client: %s %s needs Options.URL (HTTP)", method, path)
 	}
 	target := c.base.String() + path
 	if len(q) > 0 {
 		target += "?" + q.Encode()
 	}
-	var body io.Reader
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return 0, nil, fmt.Errorf("client: encode request: %w", err)
+			return answer{}, fmt.Errorf("client: encode request: %w", err)
 		}
-		body = bytes.NewReader(b)
+		body = b
 	}
-	req, err := http.NewRequestWithContext(ctx, method, target, body)
+	for n := 1; ; n++ {
+		ans, err := c.httpOnce(ctx, method, path, target, in != nil, body)
+		var retry bool
+		hint := ans.retryAfter
+		if err != nil {
+			retry = safe && ctx.Err() == nil
+		} else if retryable(ans.status) {
+			retry = true
+			if e := probeError(ans.data); hint == 0 && e != nil {
+				hint = time.Duration(e.RetryAfterMS) * time.Millisecond
+			}
+		}
+		if !c.again(ctx, n, retry, hint) {
+			return ans, err
+		}
+	}
+}
+
+// httpOnce is one HTTP exchange.
+func (c *Client) httpOnce(ctx context.Context, method, path, target string, hasBody bool, body []byte) (answer, error) {
+	var rd io.Reader
+	if hasBody {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
-		return 0, nil, fmt.Errorf("client: %w", err)
+		return answer{}, fmt.Errorf("client: %w", err)
 	}
-	if in != nil {
+	if hasBody {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	propagator.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("client: %s %s: %w", method, path, err)
+		return answer{}, fmt.Errorf("client: %s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
+	ans := answer{status: resp.StatusCode, retryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, nil, fmt.Errorf("client: %s %s: read answer: %w", method, path, err)
+		return ans, fmt.Errorf("client: %s %s: read answer: %w", method, path, err)
 	}
-	return resp.StatusCode, data, nil
+	ans.data = data
+	return ans, nil
 }
 
-// natsCall sends one NATS request and decodes the answer into out.
+// natsCall sends a NATS request, retrying under the policy (only starts go
+// over NATS, and they carry their id, so every failure may be retried),
+// and decodes the answer into out.
 func (c *Client) natsCall(ctx context.Context, subject string, in, out any) (int, error) {
+	for n := 1; ; n++ {
+		status, transport, err := c.natsOnce(ctx, subject, in, out)
+		var hint time.Duration
+		retry := transport && ctx.Err() == nil
+		var ae *api.Error
+		if errors.As(err, &ae) && retryable(ae.Status) {
+			retry, hint = true, time.Duration(ae.RetryAfterMS)*time.Millisecond
+		}
+		if !c.again(ctx, n, retry, hint) {
+			return status, err
+		}
+	}
+}
+
+// natsOnce is one NATS request; transport reports a failure of the request
+// itself (no answer), as opposed to an answer that is an error.
+func (c *Client) natsOnce(ctx context.Context, subject string, in, out any) (status int, transport bool, err error) {
 	if _, ok := ctx.Deadline(); !ok {
+		// Per attempt, so that a retry gets its own time.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
 	msg, err := dispatch.NewMsg(ctx, subject, in)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	var resp *nats.Msg
 	if c.ownInbox {
@@ -415,21 +530,21 @@ func (c *Client) natsCall(ctx context.Context, subject string, in, out any) (int
 	}
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return 0, &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable,
-				Message: "no gateway listens on " + subject}
+			return 0, false, &Error{API: &api.Error{Status: http.StatusServiceUnavailable, Code: api.CodeUnavailable,
+				Message: "no gateway listens on " + subject}}
 		}
-		return 0, fmt.Errorf("client: request %s: %w", subject, err)
+		return 0, true, fmt.Errorf("client: request %s: %w", subject, err)
 	}
-	status := http.StatusOK
+	status = http.StatusOK
 	if s := resp.Header.Get(StatusHeader); s != "" {
 		if n, err := strconv.Atoi(s); err == nil {
 			status = n
 		}
 	} else if err := probeError(resp.Data); err != nil {
 		// An answer without the status header may still be an error.
-		return err.Status, err
+		return err.Status, false, &Error{API: err}
 	}
-	return status, decodeAnswer(status, resp.Data, out)
+	return status, false, decodeAnswer(answer{status: status, data: resp.Data}, out)
 }
 
 // probeError returns the error an answer of unknown status holds, if any.
@@ -441,8 +556,9 @@ func probeError(data []byte) *api.Error {
 	return nil
 }
 
-// decodeAnswer reads a success into out, or an error body into *api.Error.
-func decodeAnswer(status int, data []byte, out any) error {
+// decodeAnswer reads a success into out, or an error body into *Error.
+func decodeAnswer(ans answer, out any) error {
+	status, data := ans.status, ans.data
 	if status >= 200 && status < 300 {
 		if err := json.Unmarshal(data, out); err != nil {
 			return fmt.Errorf("client: decode answer: %w", err)
@@ -451,10 +567,14 @@ func decodeAnswer(status int, data []byte, out any) error {
 	}
 	var eb api.ErrorBody
 	if json.Unmarshal(data, &eb) == nil && eb.Error != nil {
-		return eb.Error
+		if eb.Error.Status == 0 {
+			eb.Error.Status = status
+		}
+		return &Error{API: eb.Error, retryAfter: ans.retryAfter}
 	}
-	return &api.Error{Status: status, Code: codeFor(status),
-		Message: fmt.Sprintf("HTTP %d: %s", status, strings.TrimSpace(string(truncate(data, 200))))}
+	return &Error{API: &api.Error{Status: status, Code: codeFor(status),
+		Message: fmt.Sprintf("HTTP %d: %s", status, strings.TrimSpace(string(truncate(data, 200))))},
+		retryAfter: ans.retryAfter}
 }
 
 func truncate(b []byte, n int) []byte {

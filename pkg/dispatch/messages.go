@@ -4,9 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Wake is the body of a wake-up: work may be waiting in the queue named by
@@ -70,15 +76,90 @@ func NewMsg(ctx context.Context, subject string, v any) (*nats.Msg, error) {
 // Publish sends v as JSON on subject, carrying the trace context of ctx. It
 // does not wait for the server: NATS messages are hints, so a lost one costs
 // latency only.
+//
+// When ctx carries a span, the message gets a producer span of its own
+// (named by SpanName, with the messaging attributes) and the receivers
+// continue that span's trace. Without one, no span is made: background
+// publishers (deferred wake-ups, weight fan-out) would otherwise start a
+// one-span trace per message.
 func Publish(ctx context.Context, nc *nats.Conn, subject string, v any) error {
+	return publish(ctx, otel.GetTracerProvider().Tracer(instrumentation), nc, subject, v)
+}
+
+// instrumentation names the tracer of the producer spans.
+const instrumentation = "github.com/harvest-run/harvest/pkg/dispatch"
+
+func publish(ctx context.Context, tracer trace.Tracer, nc *nats.Conn, subject string, v any) error {
+	var span trace.Span
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		ctx, span = tracer.Start(ctx, SpanName(subject, OperationPublish),
+			trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(MessagingAttributes(subject, OperationPublish)...))
+		defer span.End()
+	}
 	msg, err := NewMsg(ctx, subject, v)
-	if err != nil {
-		return err
+	if err == nil {
+		if span != nil {
+			span.SetAttributes(semconv.MessagingMessageBodySize(len(msg.Data)))
+		}
+		if perr := nc.PublishMsg(msg); perr != nil {
+			err = fmt.Errorf("dispatch: publish %s: %w", subject, perr)
+		}
 	}
-	if err := nc.PublishMsg(msg); err != nil {
-		return fmt.Errorf("dispatch: publish %s: %w", subject, err)
+	if err != nil && span != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 	}
-	return nil
+	return err
+}
+
+// The messaging operations Harvest traces, as messaging.operation.name.
+const (
+	// OperationPublish is the sending of a message (a producer span).
+	OperationPublish = "publish"
+	// OperationProcess is the handling of a received message or request
+	// (a consumer span, or a server span for a request with a reply).
+	OperationProcess = "process"
+)
+
+// kinds are the second tokens of Harvest subjects (after the prefix): the
+// part of a subject that names what it is for. The tokens after it are
+// shards, queues, tenants and run ids.
+var kinds = map[string]bool{
+	"start": true, "start_batch": true, "wake": true, "dispatch": true,
+	"weights": true, "runs": true, "admission": true, "handle": true,
+}
+
+// SpanName is the name of a span of operation on subject:
+// "<prefix>.<kind> <operation>", such as "harvest.wake publish" for
+// "harvest.wake.0.orders". Subjects hold shards, queues, tenants and run
+// ids, which would make one span name per run; the name keeps only the
+// prefix and the kind (the whole subject is the messaging.destination.name
+// attribute). A subject of no known kind gives the operation alone.
+func SpanName(subject, operation string) string {
+	toks := strings.Split(subject, ".")
+	// The prefix has at least one token, so the kind is never the first.
+	for i := 1; i < len(toks); i++ {
+		if kinds[toks[i]] {
+			return strings.Join(toks[:i+1], ".") + " " + operation
+		}
+	}
+	return operation
+}
+
+// MessagingAttributes are the OpenTelemetry messaging attributes of a span
+// of operation (OperationPublish or OperationProcess) on subject.
+func MessagingAttributes(subject, operation string) []attribute.KeyValue {
+	typ := semconv.MessagingOperationTypeProcess
+	if operation == OperationPublish {
+		typ = semconv.MessagingOperationTypeSend
+	}
+	return []attribute.KeyValue{
+		semconv.MessagingSystemKey.String("nats"),
+		semconv.MessagingDestinationName(subject),
+		semconv.MessagingOperationName(operation),
+		typ,
+	}
 }
 
 // Extract returns ctx with the trace context found in the message headers.

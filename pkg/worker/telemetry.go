@@ -73,12 +73,18 @@ func newInstruments() instruments {
 	// The constructors only fail on invalid names; the names are fixed.
 	in.claims, _ = m.Int64Counter("harvest.worker.claims",
 		metric.WithDescription("claims by queue, fairness and outcome"))
+	// A claim takes a millisecond or two on a healthy shard, so the
+	// buckets start well below 10 ms; the top ones catch lock waits.
 	in.claimLatency, _ = m.Float64Histogram("harvest.worker.claim.duration", metric.WithUnit("s"),
-		metric.WithDescription("time of one claim statement"))
+		metric.WithDescription("time of one claim statement"),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
 	in.tasks, _ = m.Int64Counter("harvest.worker.tasks",
 		metric.WithDescription("task attempts by queue and outcome"))
+	// Handlers range from a millisecond (an echo) to minutes (a build),
+	// up to ten minutes.
 	in.taskDuration, _ = m.Float64Histogram("harvest.worker.task.duration", metric.WithUnit("s"),
-		metric.WithDescription("time a handler ran"))
+		metric.WithDescription("time a handler ran"),
+		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600))
 	in.wakeups, _ = m.Int64Counter("harvest.worker.wakeups",
 		metric.WithDescription("wake-up messages received"))
 	in.running, _ = m.Int64UpDownCounter("harvest.worker.running",

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/harvest-run/harvest/internal/cli"
 	"github.com/harvest-run/harvest/internal/envdoc"
@@ -44,14 +43,54 @@ type composeFile struct {
 	Volumes  map[string]any     `yaml:"volumes"`
 }
 
+// load reads deploy/compose.yaml through compose-go (schema validated,
+// .env interpolated) into the loose form the checks below walk.
 func load(t *testing.T) composeFile {
 	t.Helper()
-	b, err := os.ReadFile(repoFile(t, "deploy/compose.yaml"))
-	require.NoError(t, err)
-	var f composeFile
-	require.NoError(t, yaml.Unmarshal(b, &f))
+	p := loadProject(t)
+	f := composeFile{Services: map[string]service{}, Volumes: map[string]any{}}
+	for name, s := range p.Services {
+		out := service{Image: s.Image, Restart: s.Restart,
+			Command: toAny(s.Command), Entrypoint: toAny(s.Entrypoint)}
+		if s.Build != nil {
+			out.Build = s.Build
+		}
+		envm := map[string]any{}
+		for k := range s.Environment {
+			envm[k] = envValue(s, k)
+		}
+		out.Environment = envm
+		for _, port := range s.Ports {
+			out.Ports = append(out.Ports, fmt.Sprintf("%s:%s:%d", port.HostIP, port.Published, port.Target))
+		}
+		if s.HealthCheck != nil && len(s.HealthCheck.Test) > 0 {
+			out.Healthcheck = map[string]any{"test": toAny(s.HealthCheck.Test)}
+		}
+		if len(s.DependsOn) > 0 {
+			deps := map[string]any{}
+			for dep, d := range s.DependsOn {
+				deps[dep] = map[string]any{"condition": d.Condition}
+			}
+			out.DependsOn = deps
+		}
+		f.Services[name] = out
+	}
+	for name, v := range p.Volumes {
+		f.Volumes[name] = v
+	}
 	require.NotEmpty(t, f.Services)
 	return f
+}
+
+func toAny(words []string) []any {
+	if len(words) == 0 {
+		return nil
+	}
+	out := make([]any, len(words))
+	for i, w := range words {
+		out[i] = w
+	}
+	return out
 }
 
 // words turns a command or entrypoint (list or string) into its words.
