@@ -47,7 +47,7 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"migrate": {"apply the schema migrations to every shard in HARVEST_SHARDS", runMigrate},
+		"migrate": {"apply the schema migrations to every shard in HARVEST_SHARDS (migrate status: applied and pending)", runMigrate},
 		"prune":   {"delete idle fairness state on every shard in HARVEST_SHARDS (or --preview it)", runPrune},
 		"repair":  {"rebuild the fair claim's key heads from the task rows on every shard in HARVEST_SHARDS", runRepair},
 		"bench":   {"moved to the tools module: go -C tools run ./cmd/harvest-bench <benchmark> (see docs/benchmarks.md)", runBenchMoved},

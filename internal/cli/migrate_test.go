@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
@@ -168,4 +169,39 @@ func TestMigrateWaitsForLateShard(t *testing.T) {
 	}
 	require.Contains(t, out.String(), fmt.Sprintf("shard 0 (%s): version %d", config.Redact(late), schema.Latest()))
 	require.Contains(t, tableNames(t, late), "runs")
+}
+
+// Not parallel: it sets HARVEST_SHARDS for the CLI through t.Setenv.
+// migrate status shows every migration pending on a fresh shard and
+// applied after migrate, and changes nothing itself.
+func TestMigrateStatus(t *testing.T) {
+	a := testsvc.NewEmptyDBURL(t)
+	env := map[string]string{"HARVEST_SHARDS": a}
+
+	code, out, errOut := run(t, env, "migrate", "status")
+	require.Equal(t, 0, code, "stdout=%s stderr=%s", out, errOut)
+	require.Contains(t, out, fmt.Sprintf("shard 0 (%s): 0 applied, %d pending", a, schema.Latest()))
+	require.Contains(t, out, "0001 ")
+	require.NotContains(t, tableNames(t, a), "schema_migrations", "status must not migrate")
+
+	code, out, errOut = run(t, env, "migrate")
+	require.Equal(t, 0, code, "stdout=%s stderr=%s", out, errOut)
+
+	code, out, errOut = run(t, env, "migrate", "status", "--json")
+	require.Equal(t, 0, code, "stdout=%s stderr=%s", out, errOut)
+	var got []shardStatus
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Len(t, got, 1)
+	require.Zero(t, got[0].Pending)
+	require.Len(t, got[0].Migrations, schema.Latest())
+	for _, m := range got[0].Migrations {
+		require.True(t, m.Applied, "migration %d", m.Version)
+		require.False(t, m.AppliedAt.IsZero())
+	}
+
+	dead := "postgres://postgres@127.0.0.1:1/nowhere?sslmode=disable&connect_timeout=2"
+	code, out, _ = run(t, map[string]string{"HARVEST_SHARDS": dead}, "migrate", "status", "--timeout", "2s")
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "shard 0 (postgres://postgres@127.0.0.1:1/nowhere")
+	require.Contains(t, out, "FAILED")
 }

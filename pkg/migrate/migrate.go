@@ -28,12 +28,12 @@ func Up(ctx context.Context, pool *pgxpool.Pool) error {
 // Migration is one numbered migration of the schema and whether a shard
 // has it.
 type Migration struct {
-	Version int
-	Name    string
+	Version int    `json:"version"`
+	Name    string `json:"name"`
 	// Applied says whether the shard has it; AppliedAt is when (the
 	// database's clock), zero when pending.
-	Applied   bool
-	AppliedAt time.Time
+	Applied   bool      `json:"applied"`
+	AppliedAt time.Time `json:"applied_at"`
 }
 
 // Latest is the version of the newest migration of this release.
