@@ -36,12 +36,9 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	var cfg config.Common
-	if err := config.Load(&cfg); err != nil {
+	cfg, err := loadCommon()
+	if err != nil {
 		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return usageError{Msg: err.Error()}
 	}
 	results := migrateShards(ctx, cfg.Shards, *timeout, e.stderr)
 	var failed []string
@@ -110,6 +107,19 @@ func migrateOne(ctx context.Context, url string) shardResult {
 	return shardResult{URL: url, Version: v, Err: err}
 }
 
+// loadCommon reads the settings every binary shares (HARVEST_SHARDS);
+// a value that does not validate is a usage error.
+func loadCommon() (config.Common, error) {
+	var cfg config.Common
+	if err := config.Load(&cfg); err != nil {
+		return cfg, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{Msg: err.Error()}
+	}
+	return cfg, nil
+}
+
 // shardStatus is one shard's answer to migrate status.
 type shardStatus struct {
 	Shard      int                 `json:"shard"`
@@ -131,12 +141,9 @@ func runMigrateStatus(ctx context.Context, e env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	var cfg config.Common
-	if err := config.Load(&cfg); err != nil {
+	cfg, err := loadCommon()
+	if err != nil {
 		return err
-	}
-	if err := cfg.Validate(); err != nil {
-		return usageError{Msg: err.Error()}
 	}
 	idx := make([]int, len(cfg.Shards))
 	for i := range idx {
