@@ -2,8 +2,6 @@ package tracing
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -15,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/gateway"
 	"github.com/harvest-run/harvest/internal/natsauth"
 	"github.com/harvest-run/harvest/internal/telemetry"
@@ -38,23 +35,15 @@ func TestHTTPAndNATSStartSpans(t *testing.T) {
 	t.Cleanup(func() { _ = shutdown(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	natsURL := testsvc.NATSURL(t)
 	gnc, err := nats.Connect(natsURL)
 	require.NoError(t, err)
 	t.Cleanup(gnc.Close)
-	const tenant, secret = "acme", "acme-secret"
-	set, err := auth.ParseTokens([]byte(`[{"name":"acme-ci","tenant":"acme","sha256":"` + auth.HashSecret(secret) +
-		`","privileges":["runs:start","runs:read"]}]`))
-	require.NoError(t, err)
-	gcfg := gateway.DefaultConfig([]string{testsvc.NewDBURL(t)}, natsURL)
-	g, err := gateway.New(gateway.Options{Config: gcfg, Tokens: auth.NewStore(set), NATS: gnc, Logger: quiet,
-		Metrics: telemetry.MetricsHandler()})
-	require.NoError(t, err)
+	g := newGateway(t, []string{testsvc.NewDBURL(t)}, gnc, natsURL)
 	require.NoError(t, g.ServeNATS())
 	srv := httptest.NewServer(g.Server().Handler)
-	t.Cleanup(func() { srv.Close(); g.Close() })
+	t.Cleanup(srv.Close)
 
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
 		resp, err := http.Get(srv.URL + path)
@@ -138,7 +127,7 @@ func TestHTTPAndNATSStartSpans(t *testing.T) {
 	require.Equal(t, "nats", na["messaging.system"].AsString())
 	require.Equal(t, dispatch.Subjects{}.Start(tenant), na["messaging.destination.name"].AsString())
 	require.Equal(t, "process", na["messaging.operation.type"].AsString())
-	require.Equal(t, gcfg.QueueGroup, na["messaging.consumer.group.name"].AsString())
+	require.Equal(t, gateway.DefaultConfig(nil, "").QueueGroup, na["messaging.consumer.group.name"].AsString())
 	require.Equal(t, int64(201), na["harvest.status"].AsInt64())
 
 	for _, s := range rec.Ended() {

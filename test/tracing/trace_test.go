@@ -68,15 +68,9 @@ func traceOneRun(t *testing.T, rec *tracetest.SpanRecorder, batch int) {
 	require.NoError(t, err)
 	t.Cleanup(gnc.Close)
 
-	const tenant, secret = "acme", "acme-secret"
-	set, err := auth.ParseTokens([]byte(`[{"name":"acme-ci","tenant":"acme","sha256":"` + auth.HashSecret(secret) +
-		`","privileges":["runs:start","runs:read"]}]`))
-	require.NoError(t, err)
-	gcfg := gateway.DefaultConfig(shardURLs, natsURL)
-	g, err := gateway.New(gateway.Options{Config: gcfg, Tokens: auth.NewStore(set), NATS: gnc, Logger: quiet})
-	require.NoError(t, err)
+	g := newGateway(t, shardURLs, gnc, natsURL)
 	srv := httptest.NewServer(g.Handler())
-	t.Cleanup(func() { srv.Close(); g.Close() })
+	t.Cleanup(srv.Close)
 
 	home := shards.Home(tenant, len(shardURLs))
 	pcfg, err := pgxpool.ParseConfig(shardURLs[home])
@@ -222,4 +216,21 @@ func traceOneRun(t *testing.T, rec *tracetest.SpanRecorder, batch int) {
 			}
 		}
 	}
+}
+
+// The tenant and bearer secret of the gateways newGateway makes.
+const tenant, secret = "acme", "acme-secret"
+
+// newGateway makes a gateway over shardURLs whose one token lets tenant
+// start and read runs with secret, closed when the test ends.
+func newGateway(t *testing.T, shardURLs []string, nc *nats.Conn, natsURL string) *gateway.Gateway {
+	t.Helper()
+	set, err := auth.ParseTokens([]byte(`[{"name":"acme-ci","tenant":"` + tenant + `","sha256":"` + auth.HashSecret(secret) +
+		`","privileges":["runs:start","runs:read"]}]`))
+	require.NoError(t, err)
+	g, err := gateway.New(gateway.Options{Config: gateway.DefaultConfig(shardURLs, natsURL), Tokens: auth.NewStore(set),
+		NATS: nc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: telemetry.MetricsHandler()})
+	require.NoError(t, err)
+	t.Cleanup(g.Close)
+	return g
 }
