@@ -28,7 +28,7 @@ func TestHealthEndpoints(t *testing.T) {
 	t.Parallel()
 	pool := testsvc.NewDB(t)
 	var running atomic.Bool
-	srv, addr, err := serveMetricsOn("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)), pool, &running)
+	srv, addr, err := serveMetrics("127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil)), pool, &running)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Close() })
 	base := "http://" + addr

@@ -80,7 +80,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// send traffic-dependent checks to a worker still wiring itself up.
 	var running atomic.Bool
 	if cfg.MetricsAddr != "" {
-		srv, err := serveMetrics(cfg.MetricsAddr, log, pool, &running)
+		srv, _, err := serveMetrics(cfg.MetricsAddr, log, pool, &running)
 		if err != nil {
 			return err
 		}
@@ -185,15 +185,9 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 
 // serveMetrics serves /metrics, /healthz (the process answers) and /readyz
 // (the shard answers a ping within a second and the worker loop runs) on
-// addr. The probes are cheap so that orchestrators may poll them often.
-func serveMetrics(addr string, log *slog.Logger, pool *pgxpool.Pool, running *atomic.Bool) (*http.Server, error) {
-	srv, _, err := serveMetricsOn(addr, log, pool, running)
-	return srv, err
-}
-
-// serveMetricsOn is serveMetrics that also returns the address it listens
-// on (addr may name port 0).
-func serveMetricsOn(addr string, log *slog.Logger, pool *pgxpool.Pool, running *atomic.Bool) (*http.Server, string, error) {
+// addr, and returns the address it listens on (addr may name port 0). The
+// probes are cheap so that orchestrators may poll them often.
+func serveMetrics(addr string, log *slog.Logger, pool *pgxpool.Pool, running *atomic.Bool) (*http.Server, string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("HARVEST_WORKER_METRICS_ADDR: %w", err)
