@@ -194,8 +194,10 @@ func TestRetryStopsAtContextEnd(t *testing.T) {
 	t.Parallel()
 	t.Run("cancelled while waiting", func(t *testing.T) {
 		t.Parallel()
-		f, srv := newFake(t, fakeAnswer{status: http.StatusServiceUnavailable, code: api.CodeUnavailable, retryAfter: "1"})
-		c := newClient(t, srv.URL, &client.RetryPolicy{MaxAttempts: 100, MaxDelay: 5 * time.Second})
+		// An hour's Retry-After: only the cancel can end this wait, so
+		// the call returning at all shows that it did (no clock bound).
+		f, srv := newFake(t, fakeAnswer{status: http.StatusServiceUnavailable, code: api.CodeUnavailable, retryAfter: "3600"})
+		c := newClient(t, srv.URL, &client.RetryPolicy{MaxAttempts: 100, MaxDelay: 2 * time.Hour})
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
 			for f.count() == 0 {
@@ -203,12 +205,10 @@ func TestRetryStopsAtContextEnd(t *testing.T) {
 			}
 			cancel()
 		}()
-		began := time.Now()
 		_, err := c.Get(ctx, "r1")
 		// ctx may end while the first answer is still on its way: then
 		// the error is ctx's rather than the 503's.
 		require.True(t, errors.Is(err, client.ErrUnavailable) || errors.Is(err, context.Canceled), "%v", err)
-		require.Less(t, time.Since(began), 900*time.Millisecond, "the wait ended with ctx")
 		require.Equal(t, 1, f.count())
 	})
 	t.Run("deadline before the next attempt", func(t *testing.T) {
