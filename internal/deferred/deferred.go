@@ -25,6 +25,7 @@ func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
 
 var (
 	sqlTenantRunningLock    = mustSQL("TenantRunningLock")
+	sqlTenantFence          = mustSQL("TenantFence")
 	sqlTenantRunningHold    = mustSQL("TenantRunningHold")
 	sqlTenantRunningTotal   = mustSQL("TenantRunningTotal")
 	sqlTenantRunningRelease = mustSQL("TenantRunningRelease")
@@ -141,6 +142,9 @@ func Accept(ctx context.Context, tx pgx.Tx, p Params) (Result, error) {
 
 	if _, err := sp.Exec(ctx, sqlTenantRunningLock, p.Tenant); err != nil {
 		return Result{}, fmt.Errorf("deferred: lock running count: %w", err)
+	}
+	if _, err := sp.Exec(ctx, sqlTenantFence, p.Tenant); err != nil {
+		return Result{}, fmt.Errorf("deferred: %w", runstore.MovedOrErr(err))
 	}
 	now := p.Now
 	if now.IsZero() {

@@ -72,6 +72,16 @@ func cancelOnce(ctx context.Context, db Beginner, tenant, id string, shard int, 
 		if _, err := tx.Exec(ctx, sqlRunFinish, pk, string(api.StatusCancelled), reason); err != nil {
 			return CancelResult{}, fmt.Errorf("runstore: cancel run: %w", err)
 		}
+		// The update above holds the run's row, which a move takes before
+		// it copies the run: a move that got there first shows here, and
+		// the cancel is rolled back, to be sent to the new home.
+		var moving bool
+		if err := tx.QueryRow(ctx, sqlRunMoveCheck, pk).Scan(&moving); err != nil {
+			return CancelResult{}, fmt.Errorf("runstore: cancel run: %w", err)
+		}
+		if moving {
+			return CancelResult{}, ErrRunMoving
+		}
 		// A continuation committed while the first pass waited for the task
 		// lock is visible to this later statement: take it out too. Any
 		// later continuation needs the old lease, which is void now.

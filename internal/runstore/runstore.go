@@ -33,6 +33,7 @@ var (
 	sqlRunLock         = mustSQL("RunLock")
 	sqlRunFinish       = mustSQL("RunFinish")
 	sqlTaskCancelByRun = mustSQL("TaskCancelByRun")
+	sqlRunMoveCheck    = mustSQL("RunMoveCheck")
 
 	sqlTenantRunningLock = mustSQL("TenantRunningLock")
 )

@@ -22,6 +22,14 @@ type Wake struct {
 	Tasks int `json:"tasks,omitempty"`
 }
 
+// TenantChanged is the body of a directory change event: the tenant
+// whose entry changed and the entry's version after the change, so a
+// cache holding that version or a later one reads nothing.
+type TenantChanged struct {
+	Tenant  string `json:"tenant"`
+	Version int64  `json:"version"`
+}
+
 // Dispatch names one task row for a worker of the queue group to claim by
 // id. The claim still charges the task's key, and a worker claims fairly
 // instead when the queue has a backlog.

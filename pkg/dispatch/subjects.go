@@ -137,5 +137,10 @@ func (s Subjects) RunsOf(tenant string) string { return s.p() + ".runs." + tenan
 // is a hint only: a gateway that gets it re-reads shard 0.
 func (s Subjects) Admission() string { return s.p() + ".admission" }
 
+// Tenants announces that a tenant's entry in the directory of homes
+// changed (a placement, a pin, a step of a move). Like Admission, the
+// message is a hint: a gateway that gets it re-reads the entry on shard 0.
+func (s Subjects) Tenants() string { return s.p() + ".tenants" }
+
 // Handle is where the stock worker asks users' services to run a workflow.
 func (s Subjects) Handle(workflow string) string { return s.p() + ".handle." + EncodeToken(workflow) }

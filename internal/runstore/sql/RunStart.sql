@@ -21,7 +21,9 @@
 WITH run AS (
     INSERT INTO runs (tenant, id, name, queue, fairness_key, quota_key, priority, input,
                       request_hash, max_attempts, timeout_ms)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11
+    -- HA020 when the tenant has moved away (tenant_fences).
+    WHERE harvest_tenant_fence(ARRAY[$1::text])
     ON CONFLICT (tenant, id) DO NOTHING
     RETURNING pk, id, tenant, name, queue, fairness_key, quota_key, priority, status, attempts, created_at
 ), busy AS (
@@ -36,7 +38,8 @@ WITH run AS (
     INSERT INTO tenant_running AS t (tenant, running)
     SELECT $1, 1 FROM run
     ON CONFLICT (tenant) DO UPDATE SET running = t.running + 1
-    RETURNING running
+    -- A tenant moving here is judged with its runs still on the old home.
+    RETURNING running + coalesce((SELECT a.runs FROM tenant_away a WHERE a.tenant = $1), 0) AS running
 )
 SELECT run.pk, run.id, run.tenant, run.name, run.queue, run.fairness_key, run.quota_key, run.priority,
        run.status, run.attempts, run.created_at, task.id, busy.queue_busy, counted.running,

@@ -7,7 +7,8 @@
 -- be written. A row comes back for each new run, in no particular order:
 -- its tenant and id, its pk, its task, whether the task is due now, whether
 -- the task's queue had pending work before the statement, the tenant's
--- count after the statement, the shard's count before it, the database
+-- count after the statement (with its runs still on the old home while it
+-- moves here, tenant_away), the shard's count before it, the database
 -- clock (the run's created_at) and the shard's capacity lease
 -- (harvest_shard_lease). The other columns of the run are those of
 -- the request. The caller derives from the counts what each start would
@@ -38,6 +39,8 @@ WITH input AS (
                       request_hash, max_attempts, timeout_ms)
     SELECT tenant, id, name, queue, fkey, qkey, priority, input::jsonb, hash, max_attempts, timeout_ms
     FROM input
+    -- HA020 when a tenant of the group has moved away (tenant_fences).
+    WHERE harvest_tenant_fence($1::text[])
     ORDER BY ord
     ON CONFLICT (tenant, id) DO NOTHING
     RETURNING pk, tenant, id
@@ -58,7 +61,8 @@ WITH input AS (
     INSERT INTO tenant_running AS t (tenant, running)
     SELECT tenant, count(*) FROM run GROUP BY tenant ORDER BY tenant
     ON CONFLICT (tenant) DO UPDATE SET running = t.running + excluded.running
-    RETURNING tenant, running
+    -- A tenant moving here is judged with its runs still on the old home.
+    RETURNING tenant, running + coalesce((SELECT a.runs FROM tenant_away a WHERE a.tenant = t.tenant), 0) AS running
 ), guarded AS (
     -- Evaluated once (the function is volatile, so the CTE is not inlined).
     SELECT harvest_admission_guard(

@@ -1,0 +1,2 @@
+-- Shard 0's clock.
+SELECT now()
