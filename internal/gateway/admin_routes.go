@@ -488,10 +488,14 @@ func (g *Gateway) httpUsage(w http.ResponseWriter, r *http.Request, p auth.Princ
 	if !knownQuery(w, r) {
 		return
 	}
-	home := g.home(p.Tenant)
-	u, err := g.adm.adm.Usage(r.Context(), g.shards[home], p.Tenant)
+	e, ae := g.entry(r.Context(), p.Tenant)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	u, err := g.adm.adm.Usage(r.Context(), g.shards[e.Shard], p.Tenant)
 	if err != nil {
-		writeError(w, g.apiError(err, home, "usage"))
+		writeError(w, g.apiError(err, e.Shard, "usage"))
 		return
 	}
 	writeJSON(w, http.StatusOK, u)

@@ -87,6 +87,7 @@ func (g *Gateway) initAdmission() error {
 	a.bg.Go(func() {
 		a.totals.Run(ctx, func(err error) { g.log.Debug("admission: totals refresh", "err", err) })
 	})
+	a.bg.Go(func() { g.dir.Run(ctx) })
 	a.bg.Go(func() {
 		a.leases.Run(ctx, func(err error) { g.log.Debug("admission: capacity leases", "err", err) })
 	})

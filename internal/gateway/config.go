@@ -35,6 +35,7 @@ type Config struct {
 	WriteTimeout      time.Duration `envconfig:"GATEWAY_WRITE_TIMEOUT" default:"30s" desc:"time an answer may take from the end of its request (a ?wait= long poll gets its wait on top)"`
 	IdleTimeout       time.Duration `envconfig:"GATEWAY_IDLE_TIMEOUT" default:"60s" desc:"how long an idle keep-alive connection is kept open"`
 	WaitPoll          time.Duration `envconfig:"GATEWAY_WAIT_POLL" default:"500ms" desc:"how often a ?wait= request rereads the run besides listening for its NATS event"`
+	DirectoryRefresh  time.Duration `envconfig:"GATEWAY_DIRECTORY_REFRESH" default:"5s" desc:"how often the gateway rereads the tenants whose home changed on shard 0, besides the NATS change events: the longest a lost event keeps it on an old home"`
 	PoolSize          int32         `envconfig:"GATEWAY_POOL_SIZE" default:"8" desc:"Postgres connections per shard"`
 	ConnectTimeout    time.Duration `envconfig:"GATEWAY_CONNECT_TIMEOUT" default:"3s" desc:"how long to try reaching a shard before answering 503"`
 	GroupMax          int           `envconfig:"GATEWAY_GROUP_MAX" default:"48" desc:"most starts committed in one transaction (group commit)"`
@@ -81,6 +82,7 @@ func (c Config) Validate() error {
 	check(c.WriteTimeout > 0, "HARVEST_GATEWAY_WRITE_TIMEOUT: must be positive, got %s", c.WriteTimeout)
 	check(c.IdleTimeout > 0, "HARVEST_GATEWAY_IDLE_TIMEOUT: must be positive, got %s", c.IdleTimeout)
 	check(c.WaitPoll > 0, "HARVEST_GATEWAY_WAIT_POLL: must be positive, got %s", c.WaitPoll)
+	check(c.DirectoryRefresh >= 100*time.Millisecond && c.DirectoryRefresh <= 10*time.Minute, "HARVEST_GATEWAY_DIRECTORY_REFRESH: must be from 100ms to 10m, got %s", c.DirectoryRefresh)
 	check(c.PoolSize >= 1, "HARVEST_GATEWAY_POOL_SIZE: must be at least 1, got %d", c.PoolSize)
 	check(c.ConnectTimeout > 0, "HARVEST_GATEWAY_CONNECT_TIMEOUT: must be positive, got %s", c.ConnectTimeout)
 	check(c.GroupMax >= 1 && c.GroupMax <= 60, "HARVEST_GATEWAY_GROUP_MAX: must be from 1 to 60 (PostgreSQL caches 64 subtransactions), got %d", c.GroupMax)
@@ -111,13 +113,14 @@ func DefaultConfig(shards []string, natsURL string) Config {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       60 * time.Second,
 
-		WaitPoll:       500 * time.Millisecond,
-		PoolSize:       8,
-		ConnectTimeout: 3 * time.Second,
-		KeyBinding:     true,
-		GroupMax:       48,
-		GroupFlushers:  2,
-		AdminSession:   30 * time.Minute,
-		CookieSecure:   CookieSecureAuto,
+		WaitPoll:         500 * time.Millisecond,
+		DirectoryRefresh: 5 * time.Second,
+		PoolSize:         8,
+		ConnectTimeout:   3 * time.Second,
+		KeyBinding:       true,
+		GroupMax:         48,
+		GroupFlushers:    2,
+		AdminSession:     30 * time.Minute,
+		CookieSecure:     CookieSecureAuto,
 	}
 }

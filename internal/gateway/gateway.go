@@ -19,6 +19,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/internal/directory"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/telemetry"
 	"github.com/harvest-run/harvest/pkg/dispatch"
@@ -68,6 +69,8 @@ type Gateway struct {
 	// wait for that pool's connections, which other such starts may hold.
 	leasePools []*pgxpool.Pool
 	committers []*runstore.Committer
+	// dir knows each tenant's home shard (the directory on shard 0).
+	dir *directory.Directory
 
 	adm *admission
 	// admitter decides new runs: the committers' and deferred starts'.
@@ -158,6 +161,10 @@ func New(opts Options) (*Gateway, error) {
 		}
 		g.leasePools = append(g.leasePools, lp)
 	}
+	g.dir = directory.New(directory.Options{
+		Shard0: g.shards[0], Shards: len(g.shards), NATS: g.nc, Prefix: cfg.SubjectPrefix,
+		Refresh: cfg.DirectoryRefresh, Log: g.log,
+	})
 	if err := g.initAdmission(); err != nil {
 		g.closePools()
 		return nil, err

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,10 +20,10 @@ import (
 // debounce or batch start's id was asked for) and rereads every WaitPoll
 // besides, so a lost event costs at most one poll.
 func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Duration) (api.Run, *api.Error) {
-	shard := g.home(tenant)
-	pool := g.shards[shard]
 	read := func(ctx context.Context) (api.Run, *api.Error) {
-		run, err := deferred.Get(ctx, pool, tenant, id, shard)
+		run, shard, err := g.readMoving(ctx, tenant, func(ctx context.Context, shard int) (api.Run, error) {
+			return deferred.Get(ctx, g.shards[shard], tenant, id, shard)
+		})
 		if err != nil {
 			return api.Run{}, g.apiError(err, shard, "read run")
 		}
@@ -80,9 +81,15 @@ func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Durat
 	}
 }
 
-// listRuns returns a page of the tenant's runs from its home shard.
+// listRuns returns a page of the tenant's runs from its home shard. While
+// the tenant moves, that is the new home: runs not copied yet show once
+// they are (docs/operations.md).
 func (g *Gateway) listRuns(ctx context.Context, p runstore.ListParams) (api.RunList, *api.Error) {
-	p.Shard = g.home(p.Tenant)
+	e, ae := g.entry(ctx, p.Tenant)
+	if ae != nil {
+		return api.RunList{}, ae
+	}
+	p.Shard = e.Shard
 	res, err := runstore.List(ctx, g.shards[p.Shard], p)
 	if err != nil {
 		return api.RunList{}, g.apiError(err, p.Shard, "list runs")
@@ -96,11 +103,37 @@ func (g *Gateway) listRuns(ctx context.Context, p runstore.ListParams) (api.RunL
 // run's event subject, under the run's own id (a worker holding its task
 // learns of it at its next heartbeat) and, for a start's id, under that id
 // too, for those waiting on it.
+//
+// A run being copied to its tenant's new home cannot be cancelled until
+// the copy has it (runstore.ErrRunMoving): the cancel waits for that,
+// then goes to the new home.
 func (g *Gateway) cancelRun(ctx context.Context, tenant, id, reason string) (api.Run, *api.Error) {
-	shard := g.home(tenant)
-	res, err := deferred.Cancel(ctx, g.shards[shard], tenant, id, shard, reason)
-	if err != nil {
-		return api.Run{}, g.apiError(err, shard, "cancel run")
+	var res runstore.CancelResult
+	cancel := func(ctx context.Context, shard int) (api.Run, error) {
+		var err error
+		res, err = deferred.Cancel(ctx, g.shards[shard], tenant, id, shard, reason)
+		return res.Run, err
+	}
+	wait := movedFirstWait
+	for attempt := 1; ; attempt++ {
+		_, shard, err := g.readMoving(ctx, tenant, cancel)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, runstore.ErrRunMoving) {
+			return api.Run{}, g.apiError(err, shard, "cancel run")
+		}
+		if attempt == movedAttempts {
+			return api.Run{}, movingError(tenant, "this run is being copied")
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return api.Run{}, g.apiError(ctx.Err(), shard, "cancel run")
+		case <-t.C:
+		}
+		wait = min(2*wait, movedMaxWait)
 	}
 	if res.Cancelled {
 		ev := res.Run

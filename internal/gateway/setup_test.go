@@ -288,3 +288,13 @@ func startBody(extra string) string {
 	}
 	return `{"name":"echo","queue":"shared","input":{"n":1}` + extra + `}`
 }
+
+// home is the tenant's home shard as the gateway's directory has it
+// (placing the tenant when it is new, as a start would).
+func (g *Gateway) home(tenant string) int {
+	e, err := g.dir.Home(context.Background(), tenant)
+	if err != nil {
+		panic(err)
+	}
+	return e.Shard
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/harvest-run/harvest/internal/deferred"
+	"github.com/harvest-run/harvest/internal/directory"
 	"github.com/harvest-run/harvest/internal/runstore"
-	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/internal/telemetry"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/dispatch"
@@ -34,9 +35,6 @@ type started struct {
 	created bool
 	err     *api.Error
 }
-
-// home returns the tenant's home shard.
-func (g *Gateway) home(tenant string) int { return shards.Home(tenant, len(g.shards)) }
 
 // prepare checks one start and completes it (key binding, id); nothing is
 // written. The returned error names the field at fault.
@@ -161,22 +159,23 @@ func truncate(s string, n int) string {
 // the caller's order through deferred.Start. Items whose err is already
 // set are answered with it and not started. Each start gets its own span,
 // a child of ctx's.
+//
+// The home comes from the directory. A shard that refuses the starts
+// because the tenant moved away (runstore.MovedError) has them sent again
+// to the home the directory names next.
 func (g *Gateway) startMany(ctx context.Context, c caller, reqs []api.StartRequest, errs []*api.Error) []started {
 	begin := time.Now()
-	shard := g.home(c.tenant)
 	out := make([]started, len(reqs))
 	spans := make([]trace.Span, len(reqs))
 	ctxs := make([]context.Context, len(reqs))
-	var params []runstore.StartParams
-	var index, deferredIdx []int
+	var todo []int
 	for i := range reqs {
 		// Internal: the HTTP and NATS servers make the server span this
 		// one sits under.
 		sctx, span := g.tracer.Start(ctx, "harvest.start", trace.WithSpanKind(trace.SpanKindInternal),
 			trace.WithAttributes(
 				attribute.String("harvest.transport", c.transport),
-				attribute.String("harvest.tenant", c.tenant),
-				attribute.Int("harvest.shard", shard)))
+				attribute.String("harvest.tenant", c.tenant)))
 		spans[i], ctxs[i] = span, sctx
 		if errs != nil && errs[i] != nil {
 			out[i].err = errs[i]
@@ -190,41 +189,27 @@ func (g *Gateway) startMany(ctx context.Context, c caller, reqs []api.StartReque
 			attribute.String("harvest.run_id", reqs[i].ID),
 			attribute.String("harvest.queue", reqs[i].Queue),
 			attribute.String("harvest.fairness_key", reqs[i].Key()))
-		if reqs[i].Deferred() {
-			deferredIdx = append(deferredIdx, i)
-			continue
-		}
-		params = append(params, runstore.StartParams{
-			Tenant: c.tenant, Shard: shard, Req: reqs[i], TraceContext: telemetry.InjectJSON(sctx),
-		})
-		index = append(index, i)
+		todo = append(todo, i)
 	}
-	var wg sync.WaitGroup
-	commit := func() {
-		results := g.committers[shard].StartMany(ctx, params)
-		for j, r := range results {
-			i := index[j]
-			if r.Err != nil {
-				out[i].err = g.apiError(r.Err, shard, "start")
-				continue
+	if len(todo) > 0 {
+		e, ae := g.entry(ctx, c.tenant)
+		for ae == nil && len(todo) > 0 {
+			moved := g.startOn(ctx, c, e, reqs, ctxs, spans, todo, out)
+			if len(moved) == 0 {
+				break
 			}
-			out[i] = started{run: r.Result.Run, created: r.Result.Created}
+			next, ok := g.awaitNewHome(ctx, c.tenant, e.Shard)
+			if !ok {
+				ae = movingError(c.tenant, "its new home is not recorded yet")
+			}
+			e, todo = next, moved
+		}
+		if ae != nil {
+			for _, i := range todo {
+				out[i] = started{err: ae}
+			}
 		}
 	}
-	switch {
-	case len(params) > 0 && len(deferredIdx) > 0:
-		// The deferred starts go one by one meanwhile.
-		wg.Go(commit)
-	case len(params) > 0:
-		commit()
-	}
-	for _, i := range deferredIdx {
-		out[i] = g.startDeferred(ctxs[i], c, shard, reqs[i])
-		if out[i].err == nil {
-			spans[i].SetAttributes(attribute.String("harvest.defer_mode", string(out[i].run.DeferMode)))
-		}
-	}
-	wg.Wait()
 	elapsed := time.Since(begin).Seconds()
 	for i, span := range spans {
 		outcome := "created"
@@ -245,22 +230,111 @@ func (g *Gateway) startMany(ctx context.Context, c caller, reqs []api.StartReque
 	return out
 }
 
+// startOn writes the prepared starts todo (indexes into reqs) on the home
+// e names and fills their answers in out. It returns the starts the shard
+// refused because the tenant has moved away, which are left unanswered.
+//
+// During a move (e.From() >= 0) each start's id is first looked up on the
+// old home: a start sent again whose run is still there is answered from
+// it, never written a second time; the old home takes no new runs (it is
+// fenced), so an id not found there cannot appear there later. Deferred
+// starts wait for the end of the move (503 with Retry-After): their
+// windows and throttle queues are kept on the old home until it ends.
+func (g *Gateway) startOn(ctx context.Context, c caller, e directory.Entry, reqs []api.StartRequest,
+	ctxs []context.Context, spans []trace.Span, todo []int, out []started) (moved []int) {
+	shard := e.Shard
+	var params []runstore.StartParams
+	var index, deferredIdx []int
+	for _, i := range todo {
+		spans[i].SetAttributes(attribute.Int("harvest.shard", shard))
+		if reqs[i].Deferred() {
+			if e.From() >= 0 {
+				out[i] = started{err: movingError(c.tenant, "deferred starts are taken again once its runs are copied")}
+				continue
+			}
+			deferredIdx = append(deferredIdx, i)
+			continue
+		}
+		p := runstore.StartParams{Tenant: c.tenant, Shard: shard, Req: reqs[i], TraceContext: telemetry.InjectJSON(ctxs[i])}
+		if from := e.From(); from >= 0 {
+			old := p
+			old.Shard = from
+			res, found, err := runstore.Existing(ctxs[i], g.shards[from], old)
+			if err != nil || found {
+				out[i] = started{run: res.Run}
+				if err != nil {
+					out[i].err = g.apiError(err, from, "start")
+				}
+				continue
+			}
+		}
+		params = append(params, p)
+		index = append(index, i)
+	}
+	var wg sync.WaitGroup
+	var committedMoved []int
+	commit := func() {
+		results := g.committers[shard].StartMany(ctx, params)
+		for j, r := range results {
+			i := index[j]
+			if r.Err != nil {
+				if runstore.AsMoved(r.Err) != nil {
+					committedMoved = append(committedMoved, i)
+					continue
+				}
+				out[i].err = g.apiError(r.Err, shard, "start")
+				continue
+			}
+			out[i] = started{run: r.Result.Run, created: r.Result.Created}
+		}
+	}
+	switch {
+	case len(params) > 0 && len(deferredIdx) > 0:
+		// The deferred starts go one by one meanwhile.
+		wg.Go(commit)
+	case len(params) > 0:
+		commit()
+	}
+	for _, i := range deferredIdx {
+		res, err := g.startDeferred(ctxs[i], c, shard, reqs[i])
+		if runstore.AsMoved(err) != nil {
+			moved = append(moved, i)
+			continue
+		}
+		out[i] = res
+		if out[i].err == nil {
+			spans[i].SetAttributes(attribute.String("harvest.defer_mode", string(out[i].run.DeferMode)))
+		}
+	}
+	wg.Wait()
+	moved = append(moved, committedMoved...)
+	slices.Sort(moved)
+	return moved
+}
+
 // startDeferred takes one deferred start in a transaction of its own on
 // the tenant's home shard. Admission is decided there, when the start is
 // accepted (see docs/deferred.md), by the same admitter as the committers
 // use. Runs the start fired at once (a throttled start under its limit, a
 // batch it filled) are announced like those of a committed group.
-func (g *Gateway) startDeferred(ctx context.Context, c caller, shard int, req api.StartRequest) started {
+//
+// A tenant that moved away from the shard is returned as the database's
+// error, for startOn to send the start to the new home; any other error
+// is in the answer.
+func (g *Gateway) startDeferred(ctx context.Context, c caller, shard int, req api.StartRequest) (started, error) {
 	res, err := deferred.Start(ctx, g.shards[shard], deferred.Params{
 		Tenant: c.tenant, Shard: shard, Req: req, TraceContext: telemetry.InjectJSON(ctx), Admitter: g.admitter,
 	})
+	if runstore.AsMoved(err) != nil {
+		return started{}, err
+	}
 	if err != nil {
-		return started{err: g.apiError(err, shard, "deferred start")}
+		return started{err: g.apiError(err, shard, "deferred start")}, nil
 	}
 	if len(res.Started) > 0 {
 		g.publishStarted(shard, res.Started)
 	}
-	return started{run: res.Run, created: res.Created}
+	return started{run: res.Run, created: res.Created}, nil
 }
 
 // contextOf rebuilds a context carrying a stored trace context, so the

@@ -321,6 +321,23 @@ func replay(ctx context.Context, db claim.DB, p *StartParams, hash []byte) (Star
 	return StartResult{Run: existing}, nil
 }
 
+// Existing answers a start from the run its id names on db, if there is
+// one: a replay (Created false), or ErrConflict when the request differs.
+// found is false when db holds no run by that id. The gateway asks a
+// moving tenant's old home this before it writes the start on the new
+// one, so a start sent again during a move never makes a second run.
+func Existing(ctx context.Context, db claim.DB, p StartParams) (res StartResult, found bool, err error) {
+	hash, err := RequestHash(&p.Req)
+	if err != nil {
+		return StartResult{}, false, err
+	}
+	res, err = replay(ctx, db, &p, hash)
+	if errors.Is(err, ErrNotFound) {
+		return StartResult{}, false, nil
+	}
+	return res, true, err
+}
+
 // Get reads the tenant's run; ErrNotFound when the tenant has none by that
 // id (another tenant's run is not found either).
 func Get(ctx context.Context, db claim.DB, tenant, id string, shard int) (api.Run, error) {

@@ -20,6 +20,9 @@ import (
 // bins are the real binaries, built once per test binary by TestMain.
 var bins soak.Binaries
 
+// harvestBin is the harvest command, built with them.
+var harvestBin string
+
 func TestMain(m *testing.M) {
 	dir, err := build()
 	if err != nil {
@@ -30,10 +33,11 @@ func TestMain(m *testing.M) {
 		Gateway: soak.Command{Path: filepath.Join(dir, "gateway")},
 		Worker:  soak.Command{Path: filepath.Join(dir, "worker")},
 	}
+	harvestBin = filepath.Join(dir, "harvest")
 	testsvc.Main(m)
 }
 
-// build compiles cmd/gateway and cmd/worker into a directory under the
+// build compiles cmd/gateway, cmd/worker and cmd/harvest into a directory under the
 // temporary directory. testsvc.Main exits the process, so the directory
 // cannot be removed afterwards: directories left by earlier runs are
 // removed here instead.
@@ -50,7 +54,7 @@ func build() (string, error) {
 	}
 	// Built in the product's module (the repository's root), with its own
 	// dependencies.
-	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/gateway", "./cmd/worker")
+	cmd := exec.Command("go", "build", "-o", dir+string(os.PathSeparator), "./cmd/gateway", "./cmd/worker", "./cmd/harvest")
 	cmd.Dir = filepath.Join("..", "..")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
@@ -71,12 +75,22 @@ type env struct {
 // in-process harness (load, observers, proxies, NATS server) leaked.
 func setup(t *testing.T, lo soak.LoadOptions) *env {
 	t.Helper()
+	return setupFleet(t, soak.Options{}, 2, lo)
+}
+
+// setupFleet is setup with n shards and the fleet options o (Bins,
+// ShardURLs, Dir and Logf are filled in).
+func setupFleet(t *testing.T, o soak.Options, n int, lo soak.LoadOptions) *env {
+	t.Helper()
 	leaks := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
-	shardURLs := []string{testsvc.NewDBURL(t), testsvc.NewDBURL(t)}
-	f, err := soak.Start(ctx, soak.Options{Bins: bins, ShardURLs: shardURLs, Dir: t.TempDir(), Logf: t.Logf})
+	for range n {
+		o.ShardURLs = append(o.ShardURLs, testsvc.NewDBURL(t))
+	}
+	o.Bins, o.Dir, o.Logf = bins, t.TempDir(), t.Logf
+	f, err := soak.Start(ctx, o)
 	require.NoError(t, err)
 	e := &env{t: t, ctx: ctx, f: f}
 	t.Cleanup(func() {

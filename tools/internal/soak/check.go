@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/harvest-run/harvest/internal/shards"
+	"github.com/harvest-run/harvest/internal/directory"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
@@ -223,6 +223,17 @@ func (f *Fleet) Check(ctx context.Context, acks []Ack, problems []string) Report
 		quota       string
 	}
 	runs := map[string]*run{} // tenant/id
+	homes := map[string]int{}
+	if entries, err := directory.List(ctx, f.direct[0]); err != nil {
+		bad("read the tenant directory: %v", err)
+	} else {
+		for _, e := range entries {
+			homes[e.Tenant] = e.Shard
+			if e.Phase != directory.PhaseHome {
+				bad("tenant %s: a move is still in progress (phase %s)", e.Tenant, e.Phase)
+			}
+		}
+	}
 	for s, p := range f.direct {
 		rows, err := p.Query(ctx, `
 			SELECT r.tenant, r.id, r.status, r.name, r.attempts, r.max_attempts, r.output, r.quota_key,
@@ -239,8 +250,13 @@ func (f *Fleet) Check(ctx context.Context, acks []Ack, problems []string) Report
 				bad("shard %d: scan run: %v", s, err)
 				break
 			}
-			if home := shards.Home(tenant, len(f.direct)); home != s {
+			if home, ok := homes[tenant]; !ok {
+				bad("run %s/%s is on shard %d, but its tenant has no recorded home", tenant, id, s)
+			} else if home != s {
 				bad("run %s/%s is on shard %d, its tenant's home is %d", tenant, id, s, home)
+			}
+			if _, dup := runs[tenant+"/"+id]; dup {
+				bad("run %s/%s exists on more than one shard", tenant, id)
 			}
 			runs[tenant+"/"+id] = x
 			r.Runs++

@@ -392,6 +392,13 @@ func (f *Fleet) Shards() int { return len(f.direct) }
 // Direct is a pool straight to shard s (not through its proxy).
 func (f *Fleet) Direct(s int) *pgxpool.Pool { return f.direct[s] }
 
+// ShardURLs are the shards' direct URLs, in shard order (for tools run
+// beside the fleet, such as the harvest command).
+func (f *Fleet) ShardURLs() []string { return f.opts.ShardURLs }
+
+// MaxRuns is the gateways' system limit.
+func (f *Fleet) MaxRuns() int { return f.opts.MaxRuns }
+
 // Proxy is the proxy in front of shard s.
 func (f *Fleet) Proxy(s int) *Proxy { return f.proxies[s] }
 
