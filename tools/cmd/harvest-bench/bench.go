@@ -17,6 +17,7 @@ func benchmarks() map[string]func(ctx context.Context, e env, args []string) err
 		"fleet":       runBenchFleet,
 		"claim-chart": runBenchClaimChart,
 		"soak":        runBenchSoak,
+		"move":        runBenchMove,
 	}
 }
 

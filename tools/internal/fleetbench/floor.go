@@ -33,7 +33,7 @@ const (
 func runFloor(ctx context.Context, cfg *Config) (Result, error) {
 	res := Result{Bench: "fleet", System: "floor", Flood: cfg.Flood, Slots: cfg.Workers * cfg.Slots}
 	res.Load1[0] = loadAvg()
-	dbURL, drop, err := freshDatabase(ctx, cfg.ServerURL, "harvest_floor_")
+	dbURL, drop, err := FreshDatabase(ctx, cfg.ServerURL, "harvest_floor_")
 	if err != nil {
 		return res, err
 	}

@@ -131,9 +131,9 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// freshDatabase creates a database beside serverURL's and returns its URL
+// FreshDatabase creates a database beside serverURL's and returns its URL
 // and a function that drops it.
-func freshDatabase(ctx context.Context, serverURL, prefix string) (string, func() error, error) {
+func FreshDatabase(ctx context.Context, serverURL, prefix string) (string, func() error, error) {
 	name := prefix + randomHex(6)
 	admin := func(sql string) error {
 		conn, err := pgx.Connect(ctx, serverURL)
@@ -188,7 +188,7 @@ func runHarvest(ctx context.Context, cfg *Config, natsURL string, fair bool, pai
 	res.Load1[0] = loadAvg()
 	janitor := !cfg.NoJanitor
 	res.Janitor = &janitor
-	dbURL, drop, err := freshDatabase(ctx, cfg.ServerURL, "harvest_fleet_")
+	dbURL, drop, err := FreshDatabase(ctx, cfg.ServerURL, "harvest_fleet_")
 	if err != nil {
 		return res, err
 	}
