@@ -493,7 +493,7 @@ func (g *Gateway) httpUsage(w http.ResponseWriter, r *http.Request, p auth.Princ
 		writeError(w, ae)
 		return
 	}
-	u, err := g.adm.adm.Usage(r.Context(), g.shards[e.Shard], p.Tenant)
+	u, err := g.adm.adm.Usage(r.Context(), g.shards[e.Shard], e.Shard, p.Tenant)
 	if err != nil {
 		writeError(w, g.apiError(err, e.Shard, "usage"))
 		return

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/pkg/api"
 )
 
@@ -88,9 +87,6 @@ func (a *Admitter) Totals() *Totals { return a.totals }
 
 // Leases is the capacity leases the Admitter judges by (nil: none).
 func (a *Admitter) Leases() *Leases { return a.leases }
-
-// Home is the tenant's home shard.
-func (a *Admitter) Home(tenant string) int { return shards.Home(tenant, a.totals.Shards()) }
 
 // Admit implements Hook, the gateway's admission hook. The
 // committer asks it inside the start's transaction on the tenant's home
@@ -249,8 +245,9 @@ func (a *Admitter) Admitted(int) {}
 // AdmitBefore is the admission check for a start path that asks before it
 // writes: call it inside the start transaction on the tenant's home shard,
 // before runstore.StartTx, and commit both together (READ COMMITTED, the
-// default). It returns what Admit returns; on a refusal roll the
-// transaction back so nothing is left behind.
+// default), with shard the number of that shard. It returns what Admit
+// returns; on a refusal roll the transaction back so nothing is left
+// behind.
 //
 // It takes a transaction-scoped advisory lock that serialises the starts of
 // the tenant on its shard until the transaction ends, so gateways racing
@@ -258,8 +255,8 @@ func (a *Admitter) Admitted(int) {}
 // lock the tenant_running row itself: the start that follows writes the
 // run and its task before it bumps the count, as cancels and finishes do,
 // and taking the count row first would invert that order.
-func (a *Admitter) AdmitBefore(ctx context.Context, tx pgx.Tx, tenant string) error {
-	d, err := a.CheckBefore(ctx, tx, a.Home(tenant), tenant)
+func (a *Admitter) AdmitBefore(ctx context.Context, tx pgx.Tx, shard int, tenant string) error {
+	d, err := a.CheckBefore(ctx, tx, shard, tenant)
 	if err != nil {
 		return err
 	}
@@ -269,8 +266,7 @@ func (a *Admitter) AdmitBefore(ctx context.Context, tx pgx.Tx, tenant string) er
 	return nil
 }
 
-// CheckBefore is AdmitBefore for an explicit home shard, returning the
-// whole decision.
+// CheckBefore is AdmitBefore returning the whole decision.
 func (a *Admitter) CheckBefore(ctx context.Context, tx pgx.Tx, shard int, tenant string) (Decision, error) {
 	if shard < 0 || shard >= a.totals.Shards() {
 		return Decision{}, fmt.Errorf("tenantcap: shard %d out of range (%d shards)", shard, a.totals.Shards())

@@ -69,7 +69,7 @@ func newGatewayEvery(t *testing.T, urls []string, maxRuns int, cfg tenantcap.Con
 // shard, either through the committer whose hook is Admit (the default),
 // or, with before set, AdmitBefore and runstore.StartTx in one transaction.
 func (g *gateway) start(ctx context.Context, tenant, id string) error {
-	home := g.adm.Home(tenant)
+	home := shards.Home(tenant, len(g.pools))
 	req := api.StartRequest{ID: id, Name: "echo", Queue: "shared", Input: json.RawMessage(`{"n":1}`)}
 	if verr := req.Validate(); verr != nil {
 		return verr
@@ -84,7 +84,7 @@ func (g *gateway) start(ctx context.Context, tenant, id string) error {
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	if err := g.adm.AdmitBefore(ctx, tx, tenant); err != nil {
+	if err := g.adm.AdmitBefore(ctx, tx, home, tenant); err != nil {
 		return err
 	}
 	if _, err := runstore.StartTx(ctx, tx, p); err != nil {
@@ -374,7 +374,7 @@ func TestUsageAndAdmissionView(t *testing.T) {
 	require.NoError(t, g.start(ctx, b, "b-0"))
 	require.NoError(t, g.adm.Totals().Refresh(ctx))
 
-	u, err := g.adm.Usage(ctx, g.pools[g.adm.Home(a)], a)
+	u, err := g.adm.Usage(ctx, g.pools[shards.Home(a, len(g.pools))], shards.Home(a, len(g.pools)), a)
 	require.NoError(t, err)
 	require.Equal(t, 3, u.Running)
 	require.NotNil(t, u.Limit)

@@ -72,16 +72,16 @@ func runningByTenant(ctx context.Context, db DB) (map[string]int, error) {
 }
 
 // Usage builds the GET /v1/usage body of tenant: its exact count read from
-// home (its home shard) and its limit by the rule at the current total
+// home (its home shard, number shard) and its limit by the rule at the current total
 // (the home shard's exact count and the others' cached ones). Admit
 // reaches the same limit once its shard's lease covers it (see Check).
-func (a *Admitter) Usage(ctx context.Context, home DB, tenant string) (UsageView, error) {
+func (a *Admitter) Usage(ctx context.Context, home DB, shard int, tenant string) (UsageView, error) {
 	var own, local, lease int64
 	if err := home.QueryRow(ctx, sqlAdmitRead, tenant).Scan(&own, &local, &lease); err != nil {
 		return UsageView{}, fmt.Errorf("tenantcap: read usage: %w", err)
 	}
 	cfg := a.config()
-	others, _ := a.totals.Others(a.Home(tenant))
+	others, _ := a.totals.Others(shard)
 	u := UsageView{Tenant: tenant, Algorithm: cfg.Algorithm, Running: int(own), MaxRuns: a.maxRuns}
 	if limit, limited := Limit(cfg, a.maxRuns, len(a.tenants()), int(local)+others); limited {
 		u.Limit = &limit
