@@ -97,7 +97,7 @@ func fire(ctx context.Context, tx pgx.Tx, shard int, g *group, now time.Time) (*
 	if _, err := tx.Exec(ctx, sqlRunDeferredDelete, pk); err != nil {
 		return nil, fmt.Errorf("deferred: remove deferred run: %w", err)
 	}
-	p := runstore.StartParams{Tenant: g.tenant, Shard: shard, Req: req, TraceContext: g.trace}
+	p := runstore.StartParams{Tenant: g.tenant, Shard: shard, Req: req, TraceContext: g.trace, Fired: true}
 	res, err := runstore.StartTx(ctx, tx, p)
 	if err != nil {
 		return nil, fmt.Errorf("deferred: start fired run: %w", err)

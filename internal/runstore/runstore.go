@@ -57,6 +57,10 @@ type StartParams struct {
 	// TraceContext is the start span's W3C context, stored with the task so
 	// the claim and execution spans link back to it.
 	TraceContext json.RawMessage
+	// Fired marks the run of a deferred start that fires: its id was
+	// reserved on this shard when the start was accepted, so it is written
+	// here even after the tenant moved away (the move then copies it).
+	Fired bool
 }
 
 // StartResult is what a start did.
@@ -129,6 +133,7 @@ type startRow struct {
 	timeoutMS                           *int64
 	runAt                               *time.Time
 	delayUS                             int64
+	fired                               bool
 }
 
 // startRowOf checks p and builds its row.
@@ -143,7 +148,7 @@ func startRowOf(p *StartParams) (startRow, error) {
 	}
 	row := startRow{
 		tenant: p.Tenant, id: r.ID, name: r.Name, queue: r.Queue, key: r.Key(), quota: quotaKey(r),
-		priority: r.Priority, maxAttempts: api.DefaultMaxAttempts, hash: hash,
+		priority: r.Priority, maxAttempts: api.DefaultMaxAttempts, hash: hash, fired: p.Fired,
 	}
 	if r.MaxAttempts != nil {
 		row.maxAttempts = *r.MaxAttempts
@@ -172,7 +177,7 @@ func startRowOf(p *StartParams) (startRow, error) {
 // args are the parameters of RunStart.
 func (r *startRow) args() []any {
 	return []any{r.tenant, r.id, r.name, r.queue, r.key, r.quota, r.priority, r.input, r.hash,
-		r.maxAttempts, r.timeoutMS, r.runAt, r.delayUS, r.trace}
+		r.maxAttempts, r.timeoutMS, r.runAt, r.delayUS, r.trace, r.fired}
 }
 
 // manyArgs are the arrays of RunStartMany for starts, in order.

@@ -17,13 +17,15 @@
 --
 -- $1 tenant, $2 id, $3 name, $4 queue, $5 fairness key, $6 quota key,
 -- $7 priority, $8 input, $9 request hash, $10 max attempts, $11 timeout ms,
--- $12 run_at, $13 delay in microseconds, $14 trace context.
+-- $12 run_at, $13 delay in microseconds, $14 trace context, $15 whether
+-- it is a fired deferred start.
 WITH run AS (
     INSERT INTO runs (tenant, id, name, queue, fairness_key, quota_key, priority, input,
                       request_hash, max_attempts, timeout_ms)
     SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11
-    -- HA020 when the tenant has moved away (tenant_fences).
-    WHERE harvest_tenant_fence(ARRAY[$1::text])
+    -- HA020 when the tenant has moved away (tenant_fences), unless this is
+    -- the run of a deferred start firing ($15), whose id the shard holds.
+    WHERE $15::boolean OR harvest_tenant_fence(ARRAY[$1::text])
     ON CONFLICT (tenant, id) DO NOTHING
     RETURNING pk, id, tenant, name, queue, fairness_key, quota_key, priority, status, attempts, created_at
 ), busy AS (
