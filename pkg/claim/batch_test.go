@@ -180,7 +180,7 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 
 	rapid.Check(t, func(rt *rapid.T) {
 		for _, b := range []*bundle{single, batch} {
-			b.exec(`TRUNCATE runs, tasks, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas,
+			b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas,
 				rate_buckets, tenant_running RESTART IDENTITY`)
 		}
 		keys := rapid.IntRange(1, 12).Draw(rt, "keys")

@@ -317,7 +317,7 @@ func TestSQLFollowsModelWithInterleavings(t *testing.T) {
 	}
 	b := setup(t)
 	rapid.Check(t, func(rt *rapid.T) {
-		b.exec(`TRUNCATE runs, tasks, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas, rate_buckets,
+		b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas, rate_buckets,
 			tenant_running RESTART IDENTITY`)
 		mm := &modelMachine{stats: &modelStats{}, b: b, m: fairkeys.NewModel(), now: t0, tokens: map[int64]uuid.UUID{}}
 		mm.run = b.run(runOpts{MaxAttempts: 1_000_000})

@@ -303,7 +303,7 @@ func TestSQLFollowsModel(t *testing.T) {
 	b := setup(t)
 	stats := &modelStats{}
 	rapid.Check(t, func(rt *rapid.T) {
-		b.exec(`TRUNCATE runs, tasks, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas, rate_buckets, tenant_running RESTART IDENTITY`)
+		b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas, rate_buckets, tenant_running RESTART IDENTITY`)
 		mm := &modelMachine{stats: stats, b: b, m: fairkeys.NewModel(), now: t0, tokens: map[int64]uuid.UUID{}}
 		mm.run = b.run(runOpts{MaxAttempts: 1_000_000})
 		acts := mm.actions()

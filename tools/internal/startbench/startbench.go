@@ -233,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 		line, _ := json.Marshal(r)
 		fmt.Fprintln(cfg.Out, string(line))
 		// Keep the backlog from one transport out of the other's figures.
-		if _, err := pool.Exec(ctx, `TRUNCATE runs, tasks, fair_state, fair_queues, fair_arrivals, tenant_running`); err != nil {
+		if _, err := pool.Exec(ctx, `TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, tenant_running`); err != nil {
 			return results, err
 		}
 	}
