@@ -55,8 +55,9 @@ func commands() map[string]command {
 		"quotas":  {"get, set or clear quota-key concurrency caps and rate limits on every shard", runQuotas},
 
 		"admission": {"show or set tenant admission (algorithm, TFM) on the shards in HARVEST_SHARDS", runAdmission},
+		"tenants":   {"list tenants' home shards, pin a new tenant's home, or move a tenant to another shard online", runTenants},
 
-		"dev":   {"run a whole Harvest on this machine (NATS, 2 shards, gateway, 2 workers) until Ctrl-C", runDev},
+		"dev":   {"run a whole Harvest on this machine (NATS, N shards (--shards, default 2), gateway, a worker per shard) until Ctrl-C", runDev},
 		"start": {"start a run through the gateway at HARVEST_GATEWAY_URL (token HARVEST_TOKEN)", runStart},
 		"runs":  {"read, list or cancel runs through the gateway: runs get|list|cancel", runRuns},
 		"demo":  {"demo flood|share|priority: a flood beside a trickle, weighted shares, priority before fairness", runDemo},

@@ -20,16 +20,19 @@ type devEnv struct {
 	DatabaseURL string `envconfig:"DATABASE_URL" default:"postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable" desc:"harvest dev: admin URL of the PostgreSQL server to make the shard databases on; a throwaway server is started when none answers"`
 }
 
-const devUsage = `dev [--queues a,b:3] [--http ADDR] [--nats-port N] [--max-runs N] [--env-file PATH] [--trace-stdout] [--verbose]
+const devUsage = `dev [--shards N] [--queues a,b:3] [--http ADDR] [--nats-port N] [--max-runs N] [--env-file PATH] [--trace-stdout] [--verbose]
 
 Runs a whole Harvest on this machine, in this process, until Ctrl-C:
-embedded NATS (with the per-tenant permissions of deploy/), two shard
-databases on the PostgreSQL server at HARVEST_DATABASE_URL (or on a
-throwaway server when none answers), one gateway and two workers with
-fairness keys on, serving the queues of --queues. Prints the URLs and
-fresh tokens (an administrator and three tenants). A start on a queue the
-workers do not serve waits; harvest dev warns about it once per queue.
-Ctrl-C stops everything and removes what it made.
+embedded NATS (with the per-tenant permissions of deploy/), --shards shard
+databases (default 2) on the PostgreSQL server at HARVEST_DATABASE_URL (or
+on a throwaway server when none answers), one gateway and one worker per
+shard with fairness keys on, serving the queues of --queues. Prints the
+URLs (the shards' are the HARVEST_SHARDS of harvest tenants and migrate)
+and fresh tokens (an administrator and three tenants, with each one's home
+shard). A start on a queue the workers do not serve waits; harvest dev
+warns about it once per queue. More than 2 --shards are refused when
+their connections (a gateway's and a worker's pools per shard) could pass
+the server's max_connections. Ctrl-C stops everything and removes what it made.
 
 Flags:`
 
@@ -37,6 +40,7 @@ func runDev(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "dev", devUsage)
 	httpAddr := fs.String("http", "", "gateway listen address (default "+devfleet.DefaultHTTPAddr+", or a free port when it is taken)")
 	natsPort := fs.Int("nats-port", 0, fmt.Sprintf("embedded NATS client port on 127.0.0.1 (default %d, or a free port when it is taken)", devfleet.DefaultNATSPort))
+	nShards := fs.Int("shards", devfleet.DefaultShards, fmt.Sprintf("shard databases to make, 1 to %d, each with a worker", devfleet.MaxShards))
 	maxRuns := fs.Int("max-runs", devfleet.DefaultMaxRuns, "system limit of unfinished runs (HARVEST_MAX_RUNS of the gateway)")
 	envFile := fs.String("env-file", "", "write the URLs and tokens there as NAME=value lines once the fleet takes starts (removed at exit)")
 	traceStdout := fs.Bool("trace-stdout", false, "print every finished span to stdout as JSON (noisy)")
@@ -48,6 +52,9 @@ func runDev(ctx context.Context, e env, args []string) error {
 	queues, err := devfleet.ParseQueues(*queuesFlag)
 	if err != nil {
 		return usageError{Msg: err.Error()}
+	}
+	if *nShards < 1 || *nShards > devfleet.MaxShards {
+		return usageError{Msg: fmt.Sprintf("--shards %d: want 1 to %d", *nShards, devfleet.MaxShards)}
 	}
 	if *maxRuns < 1 {
 		return usageError{Msg: "--max-runs must be at least 1"}
@@ -79,6 +86,7 @@ func runDev(ctx context.Context, e env, args []string) error {
 		HTTPAddr:    *httpAddr,
 		NATSPort:    *natsPort,
 		MaxRuns:     *maxRuns,
+		Shards:      *nShards,
 		Queues:      queues,
 		Logger:      slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
 	}

@@ -196,3 +196,17 @@ func TestDevComesUpAndCleansUp(t *testing.T) {
 		require.Zero(t, n, "database %s left behind", name)
 	}
 }
+
+// A --shards out of range is a usage error naming the flag, before
+// anything starts.
+func TestDevShardsFlagErrors(t *testing.T) {
+	t.Parallel()
+	for _, v := range []string{"0", "-1", "9", "x", ""} {
+		code, _, errOut := mainOut("dev", "--shards", v)
+		require.Equal(t, 2, code, v)
+		require.Contains(t, errOut, "-shards", v)
+	}
+	code, out, _ := mainOut("dev", "-h")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "-shards")
+}

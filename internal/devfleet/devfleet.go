@@ -1,7 +1,7 @@
 // Package devfleet runs a whole Harvest installation inside one process for
 // `harvest dev`: an embedded NATS server with the per-tenant permissions of
-// deploy/, two shard databases, one gateway and two fair workers, with
-// tokens made for the occasion. Everything it makes is removed when it
+// deploy/, shard databases (two unless asked for more), one gateway and
+// one fair worker per shard, with tokens made for the occasion. Everything it makes is removed when it
 // stops.
 package devfleet
 
@@ -57,6 +57,22 @@ const (
 // DefaultMaxRuns is the system limit of unfinished runs in dev: high enough
 // that the demos are not refused (a deployed gateway defaults to 128).
 const DefaultMaxRuns = 100000
+
+// Shard counts of Options.Shards.
+const (
+	DefaultShards = 2
+	// MaxShards keeps the fleet's connections within the PostgreSQL
+	// server's (see connectionsPerShard); it is not a limit of Harvest.
+	MaxShards = 8
+)
+
+// connectionsPerShard is the most connections the fleet opens to one
+// shard: the gateway's pool (gateway.DefaultConfig's 8) and lease pool (2),
+// and the worker's pool (workerPoolSize).
+const connectionsPerShard = 8 + 2 + workerPoolSize
+
+// workerPoolSize is the connections of a dev worker's pool.
+const workerPoolSize = 12
 
 // Queue is the queue the dev workers serve when Options.Queues is empty.
 const Queue = "default"
@@ -121,6 +137,9 @@ type Options struct {
 	// MaxRuns is the system limit of unfinished runs (HARVEST_MAX_RUNS);
 	// zero means DefaultMaxRuns.
 	MaxRuns int
+	// Shards is how many shard databases to make, 1 to MaxShards, each
+	// with a worker of its own; zero means DefaultShards.
+	Shards int
 	// TraceStdout, when set, receives every finished span as JSON.
 	TraceStdout io.Writer
 	// Logger receives the fleet's log lines; nil discards them.
@@ -145,8 +164,9 @@ type Fleet struct {
 	NATSURL    string   // nats://127.0.0.1:port (credentials not included)
 	Shards     []string // shard database URLs, in shard order
 	AdminToken string   // bearer secret with every privilege
-	// Tenants come in an order where the first two share a home shard, so
-	// that a demo with tenants 1 and 2 shows fairness inside one shard.
+	// Tenants come in an order where the first two share a home shard
+	// when two of them do (always with up to 4 shards), so that a demo
+	// with tenants 1 and 2 shows fairness inside one shard.
 	Tenants  []Tenant
 	Postgres string // what serves the shards, for people
 	MaxRuns  int
@@ -198,7 +218,7 @@ func (c *cleanups) run() error {
 	return errors.Join(errs...)
 }
 
-// Run starts the fleet, calls ready once the gateway and both workers take
+// Run starts the fleet, calls ready once the gateway and every worker take
 // starts, and serves until ctx ends. Then it stops everything and removes
 // what it made: the shard databases, the temporary directory (tokens file,
 // NATS configuration and store) and the throwaway PostgreSQL server, if it
@@ -216,6 +236,12 @@ func Run(ctx context.Context, o Options, ready func(*Fleet)) (err error) {
 	}
 	if len(o.Queues) == 0 {
 		o.Queues = map[string]float64{Queue: 1}
+	}
+	if o.Shards == 0 {
+		o.Shards = DefaultShards
+	}
+	if o.Shards < 1 || o.Shards > MaxShards {
+		return fmt.Errorf("dev: --shards %d: want 1 to %d", o.Shards, MaxShards)
 	}
 	var undo cleanups
 	defer func() {
@@ -285,13 +311,22 @@ func Run(ctx context.Context, o Options, ready func(*Fleet)) (err error) {
 	} else {
 		f.Postgres = "the server at " + redact(adminURL)
 	}
+	// The default fleet ran on any server before shards were a choice;
+	// only a larger one is checked.
+	if o.Shards > DefaultShards {
+		if err := checkConnections(setupCtx, adminURL, o.Shards); err != nil {
+			return err
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil
 	}
 
-	// Two shard databases with names of their own.
+	// The shard databases, with names of their own. A tenant's home is
+	// recorded on shard 0 by the gateway at its first start, by the same
+	// rendezvous hash as Tenant.Shard below, so the summary holds.
 	base := "harvest_dev_" + randomHex(6)
-	for i := range 2 {
+	for i := range o.Shards {
 		name := fmt.Sprintf("%s_%d", base, i)
 		if err := adminExec(setupCtx, adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE template0"); err != nil {
 			return fmt.Errorf("dev: create database %s: %w", name, err)
@@ -420,7 +455,7 @@ func startWorker(ctx context.Context, undo *cleanups, log *slog.Logger, shardURL
 		return fmt.Errorf("dev: worker %d: %w", i, err)
 	}
 	telemetry.PoolConfig(pcfg)
-	pcfg.MaxConns = 12
+	pcfg.MaxConns = workerPoolSize
 	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), pcfg)
 	if err != nil {
 		return fmt.Errorf("dev: worker %d: %w", i, err)
@@ -522,7 +557,9 @@ func warnUnserved(undo *cleanups, log *slog.Logger, natsURL string, served map[s
 }
 
 // orderTenants puts first two tenants that share a home shard among n
-// shards (there always are two among three tenants and two shards).
+// shards (there always are two among three tenants and two shards; with
+// the dev tenants, also with three or four). When none do, the order is
+// left as it is.
 func orderTenants(names []string, n int) []string {
 	out := slices.Clone(names)
 	for i := range out {
@@ -585,6 +622,32 @@ func migrate(ctx context.Context, dbURL string) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	_, err = schema.Migrate(ctx, conn)
 	return err
+}
+
+// checkConnections refuses a fleet that could open more connections than
+// the server takes: the failure would otherwise come later, as "too many
+// clients" in the middle of a demo.
+func checkConnections(ctx context.Context, adminURL string, shards int) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("dev: %s: %w", redact(adminURL), err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var s string
+	if err := conn.QueryRow(ctx, "SHOW max_connections").Scan(&s); err != nil {
+		return fmt.Errorf("dev: read max_connections: %w", err)
+	}
+	limit, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("dev: max_connections %q: %w", s, err)
+	}
+	if need := shards * connectionsPerShard; need > limit {
+		return fmt.Errorf("dev: --shards %d: the fleet may open %d connections (%d a shard), but the PostgreSQL server at %s takes %d (max_connections): ask for fewer shards, or raise max_connections",
+			shards, need, connectionsPerShard, redact(adminURL), limit)
+	}
+	return nil
 }
 
 // probe makes one short connection attempt to adminURL.
