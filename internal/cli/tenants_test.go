@@ -58,19 +58,9 @@ func (s tenantsSetup) tenants(ctx context.Context, stdout *bytes.Buffer, args ..
 	return stdout.String(), errb.String(), err
 }
 
-// skipUnbuilt skips a test of the real behaviour while internal/tenantmove
-// is still the stub that answers "not built yet".
-func skipUnbuilt(t *testing.T, err error) {
-	t.Helper()
-	if err != nil && strings.Contains(err.Error(), "not built yet") {
-		t.Skipf("internal/tenantmove is not built yet: %v", err)
-	}
-}
-
 func (s tenantsSetup) list(t *testing.T) []tenantmove.Tenant {
 	t.Helper()
 	out, errOut, err := s.tenants(t.Context(), nil, "list", "--json")
-	skipUnbuilt(t, err)
 	require.NoError(t, err, errOut)
 	var got []tenantmove.Tenant
 	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
@@ -158,9 +148,6 @@ func TestTenantsReadsTheEnvironment(t *testing.T) {
 	require.Contains(t, errOut, "HARVEST_MAX_RUNS")
 
 	code, out, errOut := run(t, map[string]string{"HARVEST_SHARDS": a, "HARVEST_MAX_RUNS": "128"}, "tenants", "list")
-	if strings.Contains(errOut, "not built yet") {
-		t.Skip("internal/tenantmove is not built yet")
-	}
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "no tenants yet")
 }
@@ -171,7 +158,6 @@ func TestTenantsList(t *testing.T) {
 	t.Parallel()
 	s := setupTenants(t)
 	out, _, err := s.tenants(t.Context(), nil, "list")
-	skipUnbuilt(t, err)
 	require.NoError(t, err)
 	require.Contains(t, out, "no tenants yet")
 	out, _, err = s.tenants(t.Context(), nil, "list", "--json")
@@ -198,7 +184,6 @@ func TestTenantsPin(t *testing.T) {
 	t.Parallel()
 	s := setupTenants(t)
 	out, errOut, err := s.tenants(t.Context(), nil, "pin", "newco", "--shard", "1")
-	skipUnbuilt(t, err)
 	require.NoError(t, err, errOut)
 	require.Contains(t, out, "newco: home shard 1 (placed by pin")
 
@@ -250,7 +235,6 @@ func TestTenantsMove(t *testing.T) {
 	require.EqualValues(t, 7, before.Unfinished)
 
 	out, errOut, err := s.tenants(t.Context(), nil, "move", "mover", "--to", "1", "--batch", "3")
-	skipUnbuilt(t, err)
 	require.NoError(t, err, "stdout:\n%s\nstderr:\n%s", out, errOut)
 	require.Contains(t, out, "fence: shard 0 refuses new starts of mover")
 	require.Contains(t, out, "switch: shard 1 takes mover's starts")
@@ -308,7 +292,6 @@ func TestTenantsMoveInterruptedResumes(t *testing.T) {
 	req, err := parseTenants(e, []string{"move", "halfway", "--to", "1", "--batch", "2"})
 	require.NoError(t, err)
 	err = execTenants(ctx, e, s.cfg, req)
-	skipUnbuilt(t, err)
 	require.Error(t, err, "stdout:\n%s", w.buf.String())
 	require.Contains(t, err.Error(), "interrupted")
 	require.Contains(t, err.Error(), "run harvest tenants move halfway --to 1 to resume")

@@ -2,7 +2,6 @@ package tenantmove
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -86,20 +85,32 @@ type Tenant struct {
 	Keys int64 `json:"keys"`
 }
 
-var errNotBuilt = errors.New("tenantmove: not built yet")
-
 // Move moves the tenant's home to shard to, online, and copies its runs
 // there; run again after a crash it finishes the move it finds.
 func Move(ctx context.Context, o Options, tenant string, to int) (Report, error) {
-	return Report{}, errNotBuilt
+	return move(ctx, o, tenant, to)
 }
 
 // Pin records shard as the home of a tenant that has no runs anywhere.
 func Pin(ctx context.Context, o Options, tenant string, shard int) (directory.Entry, error) {
-	return directory.Entry{}, errNotBuilt
+	return pin(ctx, o, tenant, shard)
 }
 
 // List returns every tenant the directory or a shard knows of.
 func List(ctx context.Context, o Options) ([]Tenant, error) {
-	return nil, errNotBuilt
+	return list(ctx, o)
+}
+
+// withDefaults fills the zero fields of o.
+func (o Options) withDefaults() Options {
+	if o.Batch <= 0 {
+		o.Batch = DefaultBatch
+	}
+	if o.Poll <= 0 {
+		o.Poll = DefaultPoll
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return o
 }

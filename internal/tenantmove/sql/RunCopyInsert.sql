@@ -1,0 +1,13 @@
+-- Write runs (JSON rows of RunCopyRead) as they were on the old home, pk
+-- aside, unless the shard holds the id already (a rerun of this step).
+-- Returns the runs written now.
+INSERT INTO runs (tenant, id, name, queue, fairness_key, quota_key, priority, input, request_hash,
+                  status, attempts, max_attempts, timeout_ms, output, error, created_at, claimed_at,
+                  finished_at)
+SELECT tenant, id, name, queue, fairness_key, quota_key, priority, input, request_hash,
+       status, attempts, max_attempts, timeout_ms, output, error, created_at, claimed_at,
+       finished_at
+FROM jsonb_populate_recordset(NULL::runs, $1::jsonb)
+ORDER BY pk
+ON CONFLICT (tenant, id) DO NOTHING
+RETURNING pk, id, finished_at IS NULL AS unfinished
