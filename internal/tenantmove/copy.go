@@ -179,13 +179,16 @@ func (m *mover) wake(ctx context.Context, dst int, tasks json.RawMessage) {
 	}
 	var rows []struct {
 		Queue string `json:"queue"`
+		State string `json:"state"`
 	}
 	if json.Unmarshal(tasks, &rows) != nil {
 		return
 	}
 	perQueue := map[string]int{}
 	for _, r := range rows {
-		perQueue[r.Queue]++
+		if r.State == "moving" {
+			perQueue[r.Queue]++
+		}
 	}
 	subjects := dispatch.Subjects{Prefix: m.o.Prefix}
 	for q, n := range perQueue {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -18,8 +19,9 @@ import (
 )
 
 // A tenant moves from shard 0 to shard 2 of three while the load floods
-// every tenant through two gateways, and the move itself is killed halfway
-// through its copy and run again. Afterwards every start a gateway
+// every tenant through two gateways; the move itself is killed halfway
+// through its copy, a gateway and the old home's worker are killed and
+// brought back, and the move is run again. Afterwards every start a gateway
 // acknowledged has exactly one run, on its tenant's recorded home, final;
 // each reads back through both gateways with its final status; the
 // counts equal a recount; and the load met no wrong answer and gave up
@@ -28,21 +30,35 @@ func TestTenantMovesUnderFlood(t *testing.T) {
 	t.Parallel()
 	const moved = "acme"
 	require.Equal(t, 0, shards.Home(moved, 3), "the test moves a tenant placed on shard 0")
-	e := setupFleet(t, soak.Options{WorkersPerShard: 1}, 3, soak.LoadOptions{Rate: 40})
+	// The first tenant also starts the trickle, whose claim history the
+	// checker reads per shard: it stays put.
+	e := setupFleet(t, soak.Options{WorkersPerShard: 1, Tenants: []string{"globex", moved, "initech"}}, 3, soak.LoadOptions{Rate: 40})
 	e.moreAcked(150)
 
 	// The first move is killed once it has copied a batch.
-	first := e.startMove(moved, 2, "--batch", "50")
+	first := e.startMove(moved, 2, "--batch", "10")
 	first.waitLine(t, "copy:")
 	require.NoError(t, first.cmd.Process.Kill())
 	_ = first.cmd.Wait()
 	entry, err := directory.Get(e.ctx, e.f.Direct(0), moved)
 	require.NoError(t, err)
 	require.Equal(t, directory.PhaseCopying, entry.Phase, "killed during the copy")
+
+	// A gateway and the old home's worker die too, and come back.
+	e.f.KillGateway(1)
+	require.NoError(t, e.f.StartGateway(e.ctx, 1))
+	for _, id := range e.f.Workers(0) {
+		w := e.f.Worker(id)
+		require.NoError(t, w.Signal(syscall.SIGKILL))
+		<-w.Done()
+		e.f.RetireWorker(id)
+	}
+	_, err = e.f.AddWorker(0)
+	require.NoError(t, err)
 	e.moreAcked(50)
 
 	// Run again, it finishes.
-	second := e.startMove(moved, 2, "--batch", "50")
+	second := e.startMove(moved, 2, "--batch", "10")
 	require.NoError(t, second.wait(), "the resumed move:\n%s", second.output())
 	entry, err = directory.Get(e.ctx, e.f.Direct(0), moved)
 	require.NoError(t, err)
