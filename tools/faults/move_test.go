@@ -26,8 +26,10 @@ import (
 // each reads back through both gateways with its final status; the
 // counts equal a recount; and the load met no wrong answer and gave up
 // on no start.
+//
+// Not parallel: like the other fault tests it checks for leaked
+// goroutines, which a fleet of a parallel test would look like.
 func TestTenantMovesUnderFlood(t *testing.T) {
-	t.Parallel()
 	const moved = "acme"
 	require.Equal(t, 0, shards.Home(moved, 3), "the test moves a tenant placed on shard 0")
 	// The first tenant also starts the trickle, whose claim history the
