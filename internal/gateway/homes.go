@@ -17,7 +17,13 @@ import (
 const (
 	movedFirstWait = 20 * time.Millisecond
 	movedMaxWait   = 400 * time.Millisecond
-	movedAttempts  = 8
+	// movedHold bounds how long a start is held for the switch: the
+	// steps between a move's fence and its switch (the fairness state,
+	// the deferred starts) take well under a second at the sizes
+	// measured in docs/operations.md.
+	movedHold = 10 * time.Second
+	// movedAttempts bounds the tries of a cancel of a run being copied.
+	movedAttempts = 8
 	// movingRetryAfter is what a refusal during a move asks the caller to
 	// wait: about one copy batch.
 	movingRetryAfter = time.Second
@@ -54,14 +60,19 @@ func (g *Gateway) directoryError(err error, tenant string) *api.Error {
 
 // awaitNewHome reads the entry again until it names a home other than
 // fenced (the shard that refused the tenant's start), waiting a little
-// between reads, and returns it; ok is false when the directory did not
-// change within the attempts or ctx ended.
+// between reads, and returns it: the start is held, not refused, while a
+// move goes from its fence to its switch. ok is false when the directory
+// did not change within movedHold or ctx ended.
 func (g *Gateway) awaitNewHome(ctx context.Context, tenant string, fenced int) (directory.Entry, bool) {
 	wait := movedFirstWait
-	for range movedAttempts {
+	deadline := time.Now().Add(movedHold)
+	for {
 		e, ae := g.reloadEntry(ctx, tenant)
 		if ae == nil && e.Shard != fenced {
 			return e, true
+		}
+		if time.Now().After(deadline) {
+			return directory.Entry{}, false
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -72,7 +83,6 @@ func (g *Gateway) awaitNewHome(ctx context.Context, tenant string, fenced int) (
 		}
 		wait = min(2*wait, movedMaxWait)
 	}
-	return directory.Entry{}, false
 }
 
 // movingError answers a call the move of the tenant keeps from being

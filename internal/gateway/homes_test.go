@@ -134,3 +134,38 @@ func TestStartsDuringACopy(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, string(body))
 	require.Equal(t, api.StatusCancelled, decode[api.Run](t, body).Status)
 }
+
+// Between a move's fence and its switch the old home refuses the tenant's
+// starts and the directory still names it: a start is held until the
+// switch, then written on the new home, never refused.
+func TestStartIsHeldUntilTheSwitch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	tenant := tenantOn[0]
+	b.startRun(t, secretA, http.StatusCreated, startBody(`"id":"first"`))
+	_, err := b.dbs[0].Exec(b.ctx, `INSERT INTO tenant_fences (tenant, moved_to) VALUES ($1, 1)`, tenant)
+	require.NoError(t, err)
+	e, err := directory.Get(b.ctx, b.dbs[0], tenant)
+	require.NoError(t, err)
+	to := 1
+	e.Phase, e.MoveTo = directory.PhaseFencing, &to
+	e, err = directory.Update(b.ctx, b.dbs[0], e)
+	require.NoError(t, err)
+
+	type answer struct {
+		status int
+		body   []byte
+	}
+	done := make(chan answer, 1)
+	go func() {
+		status, body := b.call(t, "POST", "/v1/runs", secretA, startBody(`"id":"held"`))
+		done <- answer{status, body}
+	}()
+	from := 0
+	e.Shard, e.Phase, e.MoveTo, e.MovingFrom = 1, directory.PhaseCopying, nil, &from
+	_, err = directory.Update(b.ctx, b.dbs[0], e)
+	require.NoError(t, err)
+	got := <-done
+	require.Equal(t, http.StatusCreated, got.status, string(got.body))
+	require.Equal(t, 1, decode[api.Run](t, got.body).Shard)
+}
