@@ -75,24 +75,13 @@ func (d *Directory) Home(ctx context.Context, tenant string) (Entry, error) {
 	if ok {
 		return e, nil
 	}
-	v, err, _ := d.group.Do(tenant, func() (any, error) {
-		e, err := Place(ctx, d.o.Shard0, tenant, shards.Home(tenant, max(d.o.Shards, 1)))
-		if err != nil {
-			return Entry{}, err
-		}
-		return d.keep(e), nil
-	})
-	if err != nil {
-		return Entry{}, err
-	}
-	e = v.(Entry)
-	return e, d.check(e)
+	return d.load(ctx, tenant, tenant)
 }
 
-// Reload reads the tenant's entry from shard 0 whatever the cache holds
-// (placing the tenant when it has none), and keeps it.
-func (d *Directory) Reload(ctx context.Context, tenant string) (Entry, error) {
-	v, err, _ := d.group.Do("reload\x00"+tenant, func() (any, error) {
+// load reads (or places) the tenant's entry on shard 0 and keeps it, once
+// for all the callers that ask under the same flight name at once.
+func (d *Directory) load(ctx context.Context, flight, tenant string) (Entry, error) {
+	v, err, _ := d.group.Do(flight, func() (any, error) {
 		e, err := Place(ctx, d.o.Shard0, tenant, shards.Home(tenant, max(d.o.Shards, 1)))
 		if err != nil {
 			return Entry{}, err
@@ -104,6 +93,14 @@ func (d *Directory) Reload(ctx context.Context, tenant string) (Entry, error) {
 	}
 	e := v.(Entry)
 	return e, d.check(e)
+}
+
+// Reload reads the tenant's entry from shard 0 whatever the cache holds
+// (placing the tenant when it has none), and keeps it.
+func (d *Directory) Reload(ctx context.Context, tenant string) (Entry, error) {
+	// A flight of its own: a reload must not take the answer of a read
+	// that began before the change it is after.
+	return d.load(ctx, "reload\x00"+tenant, tenant)
 }
 
 // Cached returns the cached entry of the tenant, if any.
