@@ -90,7 +90,7 @@ func TestDevComesUpAndCleansUp(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "no env file after 90s; stderr:\n%s", &stderr)
 	}
 	vars := readEnvFile(t, envFile)
-	want := []string{"HARVEST_GATEWAY_URL", "HARVEST_NATS_URL", "HARVEST_SHARDS", "HARVEST_ADMIN_TOKEN"}
+	want := []string{"HARVEST_GATEWAY_URL", "HARVEST_NATS_URL", "HARVEST_SHARDS", "HARVEST_MAX_RUNS", "HARVEST_ADMIN_TOKEN"}
 	for _, n := range []string{"1", "2", "3"} {
 		for _, f := range []string{"NAME", "TOKEN", "NATS_USER", "NATS_PASSWORD"} {
 			want = append(want, "HARVEST_TENANT_"+n+"_"+f)

@@ -302,9 +302,14 @@ func stepLine(s tenantmove.Step, tenant, from string, to int) string {
 	case "hide":
 		return fmt.Sprintf("hide: batch %d, %s runs taken out of %s's claims", s.Batch, thousands(int64(s.Runs)), from)
 	case "copy":
-		return fmt.Sprintf("copy: batch %d, %s runs (%s left)", s.Batch, thousands(int64(s.Runs)), thousands(int64(s.Waiting)))
+		return fmt.Sprintf("copy: batch %d, %s runs written on shard %d", s.Batch, thousands(int64(s.Runs)), to)
 	case "drop":
-		return fmt.Sprintf("drop: batch %d, %s runs removed from %s", s.Batch, thousands(int64(s.Runs)), from)
+		return fmt.Sprintf("drop: batch %d, %s runs removed from %s (%s left)", s.Batch, thousands(int64(s.Runs)), from, thousands(int64(s.Waiting)))
+	case "capacity":
+		return fmt.Sprintf("capacity: waiting for room on shard %d (its lease is %s, the copy needs %s): runs must finish first, or HARVEST_MAX_RUNS here is lower than the gateways'",
+			to, thousands(int64(s.Waiting)), thousands(int64(s.Runs)))
+	case "wait":
+		return fmt.Sprintf("wait: %s runs left on %s, their tasks running or due later", thousands(int64(s.Waiting)), from)
 	case "deferred":
 		return fmt.Sprintf("deferred: %s runs (%s left on %s)", thousands(int64(s.Runs)), thousands(int64(s.Waiting)), from)
 	case "settle":

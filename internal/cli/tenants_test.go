@@ -335,7 +335,9 @@ func TestTenantsOutput(t *testing.T) {
 
 	require.Equal(t, "fence: shard 0 refuses new starts of acme (the gateways send them to shard 1)",
 		stepLine(tenantmove.Step{Name: "fence"}, "acme", "shard 0", 1))
-	require.Equal(t, "copy: batch 3, 500 runs (1,200 left)",
-		stepLine(tenantmove.Step{Name: "copy", Batch: 3, Runs: 500, Waiting: 1200}, "acme", "shard 0", 1))
+	require.Equal(t, "copy: batch 3, 500 runs written on shard 1",
+		stepLine(tenantmove.Step{Name: "copy", Batch: 3, Runs: 500}, "acme", "shard 0", 1))
+	require.Equal(t, "drop: batch 3, 500 runs removed from shard 0 (1,200 left)",
+		stepLine(tenantmove.Step{Name: "drop", Batch: 3, Runs: 500, Waiting: 1200}, "acme", "shard 0", 1))
 	require.Equal(t, "done: acme's home is shard 1", stepLine(tenantmove.Step{Name: "done"}, "acme", "shard 0", 1))
 }

@@ -180,6 +180,8 @@ func (f *Fleet) EnvLines() []string {
 		"HARVEST_GATEWAY_URL=" + f.GatewayURL,
 		"HARVEST_NATS_URL=" + f.NATSURL,
 		"HARVEST_SHARDS=" + strings.Join(f.Shards, ","),
+		// The CLI's moves take capacity from the same system limit.
+		"HARVEST_MAX_RUNS=" + strconv.Itoa(f.MaxRuns),
 		"HARVEST_ADMIN_TOKEN=" + f.AdminToken,
 	}
 	for i, t := range f.Tenants {

@@ -43,7 +43,11 @@ func (m *mover) copyAll(ctx context.Context, src, dst int) error {
 			if err != nil {
 				return err
 			}
-			if err := m.step(Step{Name: "drop", Batch: n, Runs: dropped}); err != nil {
+			var left, deferred int64
+			if err := m.o.Shards[src].QueryRow(ctx, sqlRunTenantLeft, m.tenant).Scan(&left, &deferred); err != nil {
+				return fmt.Errorf("tenantmove: count runs left on shard %d: %w", src, err)
+			}
+			if err := m.step(Step{Name: "drop", Batch: n, Runs: dropped, Waiting: int(left)}); err != nil {
 				return err
 			}
 			continue
@@ -345,6 +349,9 @@ func (m *mover) capacity(ctx context.Context, src, dst, need int) error {
 		if !m.capLogged {
 			m.capLogged = true
 			m.o.Log.Info("tenantmove: waiting for capacity", "tenant", m.tenant, "shard", dst, "need", want, "lease", lease)
+			if m.o.Progress != nil {
+				m.o.Progress(Step{Name: "capacity", Batch: m.rep.Batches, Runs: want, Waiting: lease})
+			}
 		}
 		if err := sleep(ctx, m.o.Poll); err != nil {
 			return err

@@ -128,10 +128,11 @@ func (m *mover) fenceAndPrepare(ctx context.Context, e directory.Entry) (directo
 	if err := m.step(Step{Name: "fence"}); err != nil {
 		return e, err
 	}
-	if err := m.prepare(ctx, src, dst); err != nil {
+	away, err := m.prepare(ctx, src, dst)
+	if err != nil {
 		return e, err
 	}
-	if err := m.step(Step{Name: "prepare"}); err != nil {
+	if err := m.step(Step{Name: "prepare", Waiting: away}); err != nil {
 		return e, err
 	}
 	n, err := m.moveDeferred(ctx, src, dst)

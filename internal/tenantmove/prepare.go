@@ -38,13 +38,15 @@ func (m *mover) fence(ctx context.Context, src, dst int) error {
 // prepare carries to D what the tenant's runs will need there: the debts
 // of its fairness keys, its weight overrides and quotas, and the count of
 // its runs still on S.
-func (m *mover) prepare(ctx context.Context, src, dst int) error {
+// It returns that count.
+func (m *mover) prepare(ctx context.Context, src, dst int) (int, error) {
 	if err := m.carryDebts(ctx, src, dst); err != nil {
-		return err
+		return 0, err
 	}
 	if err := m.carrySettings(ctx, src, dst); err != nil {
-		return err
+		return 0, err
 	}
+	var away int64
 	err := inTx(ctx, m.o.Shards[dst], func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlShardAdmissionLock); err != nil {
 			return err
@@ -54,7 +56,6 @@ func (m *mover) prepare(ctx context.Context, src, dst int) error {
 		}
 		// S is fenced, so its figure can only fall from here on; the copy
 		// steps lower this one as runs arrive.
-		var away int64
 		if err := m.o.Shards[src].QueryRow(ctx, sqlTenantRunningRead, m.tenant).Scan(&away); err != nil {
 			return fmt.Errorf("read shard %d: %w", src, err)
 		}
@@ -62,9 +63,9 @@ func (m *mover) prepare(ctx context.Context, src, dst int) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("tenantmove: prepare: count runs away on shard %d: %w", dst, err)
+		return 0, fmt.Errorf("tenantmove: prepare: count runs away on shard %d: %w", dst, err)
 	}
-	return nil
+	return int(away), nil
 }
 
 // debt is a key of the tenant that is ahead of its queue's clock on S.

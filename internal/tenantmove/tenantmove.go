@@ -48,14 +48,19 @@ type Options struct {
 
 // Step is one committed step of a move.
 type Step struct {
-	// Name is the step: "intent", "fence", "prepare", "switch", "hide",
-	// "copy", "drop", "deferred", "settle" or "done".
+	// Name is the step: "intent", "fence", "prepare", "deferred",
+	// "switch", "hide", "copy", "drop", "settle" or "done"; Progress also
+	// hears "wait" (runs left whose tasks run) and "capacity" (the new
+	// home's lease is short), which commit nothing.
 	Name string
 	// Batch counts the copy batches so far (hide, copy, drop).
 	Batch int
 	// Runs is how many runs the step moved or took off the old home.
 	Runs int
-	// Waiting is how many runs are still on the old home.
+	// Waiting is how many runs are still on the old home (prepare: its
+	// unfinished ones; drop and wait: all of them). For "capacity", a
+	// report that the copy waits for room on the new home, Runs is the
+	// lease the new home needs and Waiting the lease it has.
 	Waiting int
 }
 
