@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"io"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -155,17 +157,32 @@ func TestStartIsHeldUntilTheSwitch(t *testing.T) {
 	type answer struct {
 		status int
 		body   []byte
+		err    error
 	}
 	done := make(chan answer, 1)
 	go func() {
-		status, body := b.call(t, "POST", "/v1/runs", secretA, startBody(`"id":"held"`))
-		done <- answer{status, body}
+		// No require here: a failure is reported by the test's goroutine.
+		req, err := http.NewRequestWithContext(b.ctx, "POST", b.srv.URL+"/v1/runs", strings.NewReader(startBody(`"id":"held"`)))
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		req.Header.Set("Authorization", "Bearer "+secretA)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		done <- answer{res.StatusCode, body, err}
 	}()
 	from := 0
 	e.Shard, e.Phase, e.MoveTo, e.MovingFrom = 1, directory.PhaseCopying, nil, &from
 	_, err = directory.Update(b.ctx, b.dbs[0], e)
 	require.NoError(t, err)
 	got := <-done
+	require.NoError(t, got.err)
 	require.Equal(t, http.StatusCreated, got.status, string(got.body))
 	require.Equal(t, 1, decode[api.Run](t, got.body).Shard)
 }
