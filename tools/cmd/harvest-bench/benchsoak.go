@@ -47,8 +47,8 @@ func runBenchSoak(ctx context.Context, e env, args []string) error {
 	}
 	return soak.Run(ctx, soak.SoakOptions{
 		Bins: soak.Binaries{
-			Gateway: soak.Command{Path: self, Args: []string{"bench", "soak", "--role", "gateway"}},
-			Worker:  soak.Command{Path: self, Args: []string{"bench", "soak", "--role", "worker"}},
+			Gateway: soak.Command{Path: self, Args: []string{"soak", "--role", "gateway"}},
+			Worker:  soak.Command{Path: self, Args: []string{"soak", "--role", "worker"}},
 		},
 		ServerURL:   server,
 		Duration:    time.Duration(*minutes * float64(time.Minute)),
