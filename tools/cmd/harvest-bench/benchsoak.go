@@ -46,10 +46,7 @@ func runBenchSoak(ctx context.Context, e env, args []string) error {
 		server = defaultBenchURL
 	}
 	return soak.Run(ctx, soak.SoakOptions{
-		Bins: soak.Binaries{
-			Gateway: soak.Command{Path: self, Args: []string{"soak", "--role", "gateway"}},
-			Worker:  soak.Command{Path: self, Args: []string{"soak", "--role", "worker"}},
-		},
+		Bins:        soakBinaries(self),
 		ServerURL:   server,
 		Duration:    time.Duration(*minutes * float64(time.Minute)),
 		FaultEvery:  *every,
@@ -58,4 +55,13 @@ func runBenchSoak(ctx context.Context, e env, args []string) error {
 		Seed:        *seed,
 		Out:         e.stdout,
 	})
+}
+
+// soakBinaries are the soak fleet's gateway and worker: this program
+// again, in a role.
+func soakBinaries(self string) soak.Binaries {
+	return soak.Binaries{
+		Gateway: soak.Command{Path: self, Args: []string{"soak", "--role", "gateway"}},
+		Worker:  soak.Command{Path: self, Args: []string{"soak", "--role", "worker"}},
+	}
 }
