@@ -52,6 +52,8 @@ type Directory struct {
 
 	mu      sync.Mutex
 	entries map[string]Entry
+	// loaded is when each cached entry was last read from shard 0.
+	loaded map[string]time.Time
 }
 
 // New returns an empty Directory.
@@ -62,7 +64,7 @@ func New(o Options) *Directory {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Directory{o: o, entries: map[string]Entry{}}
+	return &Directory{o: o, entries: map[string]Entry{}, loaded: map[string]time.Time{}}
 }
 
 // Home returns the tenant's entry: the cached one, else the one on shard
@@ -103,6 +105,21 @@ func (d *Directory) Reload(ctx context.Context, tenant string) (Entry, error) {
 	return d.load(ctx, "reload\x00"+tenant, tenant)
 }
 
+// ReloadStale is Reload unless the tenant's entry was read from shard 0
+// less than age ago, in which case it returns the cached entry: for
+// callers that re-read on a hint anyone can cause (a run not found), so
+// that a flood of them costs shard 0 at most one read per tenant per age.
+func (d *Directory) ReloadStale(ctx context.Context, tenant string, age time.Duration) (Entry, error) {
+	d.mu.Lock()
+	e, ok := d.entries[tenant]
+	fresh := ok && time.Since(d.loaded[tenant]) < age
+	d.mu.Unlock()
+	if fresh {
+		return e, d.check(e)
+	}
+	return d.Reload(ctx, tenant)
+}
+
 // Cached returns the cached entry of the tenant, if any.
 func (d *Directory) Cached(tenant string) (Entry, bool) {
 	d.mu.Lock()
@@ -116,6 +133,7 @@ func (d *Directory) Cached(tenant string) (Entry, bool) {
 func (d *Directory) keep(e Entry) Entry {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.loaded[e.Tenant] = time.Now()
 	if old, ok := d.entries[e.Tenant]; ok && old.Version > e.Version {
 		return old
 	}

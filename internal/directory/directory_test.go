@@ -139,3 +139,24 @@ func TestDirectoryFollowsChanges(t *testing.T) {
 	_, err = small.Home(b.ctx, "initech")
 	require.ErrorContains(t, err, "HARVEST_SHARDS")
 }
+
+// ReloadStale reads shard 0 only for an entry older than the age asked.
+func TestReloadStaleSparesFreshEntries(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	d := New(Options{Shard0: b.db, Shards: 3})
+	e, err := d.Home(b.ctx, "hooli")
+	require.NoError(t, err)
+	cur, err := Get(b.ctx, b.db, "hooli")
+	require.NoError(t, err)
+	cur.Shard = (e.Shard + 1) % 3
+	changed, err := Update(b.ctx, b.db, cur)
+	require.NoError(t, err)
+
+	got, err := d.ReloadStale(b.ctx, "hooli", time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, e, got, "read less than an hour ago: the cached entry")
+	got, err = d.ReloadStale(b.ctx, "hooli", 0)
+	require.NoError(t, err)
+	require.Equal(t, changed, got, "any age: read again")
+}

@@ -24,6 +24,10 @@ const (
 	movedHold = 10 * time.Second
 	// movedAttempts bounds the tries of a cancel of a run being copied.
 	movedAttempts = 8
+	// notFoundReload is the least age of a cached entry that a run not
+	// found makes the gateway read again: anyone can ask for ids that do
+	// not exist, and shard 0 should not pay a read for each.
+	notFoundReload = time.Second
 	// movingRetryAfter is what a refusal during a move asks the caller to
 	// wait: about one copy batch.
 	movingRetryAfter = time.Second
@@ -115,7 +119,7 @@ func (g *Gateway) readMoving(ctx context.Context, tenant string, read func(ctx c
 		run, err = read(ctx, e.Shard)
 		return run, e.Shard, err
 	}
-	if fresh, ae := g.reloadEntry(ctx, tenant); ae == nil && fresh.Version != e.Version {
+	if fresh, err := g.dir.ReloadStale(ctx, tenant, notFoundReload); err == nil && fresh.Version != e.Version {
 		return g.readMovingOnce(ctx, fresh, read)
 	}
 	return run, e.Shard, err
