@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/harvest-run/harvest/internal/runstore"
+	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
@@ -34,11 +35,23 @@ func (x *executions) cancel(id string) {
 	x.cancelled[id] = true
 }
 
-// Workers on both shards and cancels race a move with small batches: no
-// run is lost, doubled or run twice, and a run whose cancel succeeded is
-// never completed. Not parallel: goleak looks at every goroutine of the
-// process, and top-level parallel tests only start once this one is over.
+// Claim loops on both shards (one, the stock worker's four, and sixteen
+// per shard), cancels, and starts of the moving tenant and of another
+// tenant committing all the while race a move with small batches: no run
+// is lost, doubled or run twice, a run whose cancel succeeded is never
+// completed, and a start of the moving tenant refused by the fenced old
+// home lands on the new one. Not parallel: goleak looks at every
+// goroutine of the process, and top-level parallel tests only start once
+// this one is over.
 func TestMoveUnderClaimsAndCancels(t *testing.T) {
+	for _, claimers := range []int{1, 4, 16} {
+		t.Run(fmt.Sprintf("%d claimers per shard", claimers), func(t *testing.T) {
+			moveUnderLoad(t, claimers)
+		})
+	}
+}
+
+func moveUnderLoad(t *testing.T, claimers int) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	b := setup(t)
@@ -57,10 +70,43 @@ func TestMoveUnderClaimsAndCancels(t *testing.T) {
 	defer stop()
 	var wg sync.WaitGroup
 	for s := range 2 {
-		for w := range 2 {
+		for w := range claimers {
 			wg.Go(func() { b.work(ctx, s, fmt.Sprintf("w%d-%d", s, w), x) })
 		}
 	}
+	// Starts commit meanwhile: the moving tenant's go to the old home
+	// until its fence refuses them, then to the new one, as a gateway's
+	// would; another tenant keeps starting on the old home.
+	var startMu sync.Mutex
+	var started []string
+	others := 0
+	startsDone := make(chan struct{})
+	go func() {
+		defer close(startsDone)
+		home := src
+		for i := 0; ctx.Err() == nil && i < 200; i++ {
+			id := fmt.Sprintf("s%03d", i)
+			p := runstore.StartParams{Tenant: "acme", Shard: home, Req: api.StartRequest{ID: id, Name: "echo", Queue: "q"}}
+			_, err := runstore.Start(ctx, b.dbs[home], p)
+			if m := runstore.AsMoved(err); m != nil {
+				home, p.Shard = m.To, m.To
+				_, err = runstore.Start(ctx, b.dbs[home], p)
+			}
+			if err == nil {
+				startMu.Lock()
+				started = append(started, id)
+				startMu.Unlock()
+			} else if ctx.Err() == nil {
+				t.Errorf("start %s on shard %d: %v", id, home, err)
+			}
+			o := runstore.StartParams{Tenant: "globex", Shard: src, Req: api.StartRequest{ID: id, Name: "echo", Queue: "q"}}
+			if _, err := runstore.Start(ctx, b.dbs[src], o); err == nil {
+				others++
+			} else if ctx.Err() == nil {
+				t.Errorf("start globex %s: %v", id, err)
+			}
+		}
+	}()
 	wg.Go(func() {
 		for i := 0; i < len(ids); i += 4 {
 			if b.cancelAnywhere(ctx, t, "acme", ids[i], src, dst) {
@@ -73,6 +119,9 @@ func TestMoveUnderClaimsAndCancels(t *testing.T) {
 	o.Batch = 4
 	_, err := Move(b.ctx, o, "acme", dst)
 	require.NoError(t, err)
+	<-startsDone
+	ids = append(ids, started...)
+	require.NotEmpty(t, started)
 	// Every due run ends; the scheduled ones wait, claimable later.
 	require.Eventually(t, func() bool {
 		return b.count(t, dst, `SELECT count(*) FROM runs WHERE tenant = 'acme' AND finished_at IS NULL`) ==
@@ -82,6 +131,10 @@ func TestMoveUnderClaimsAndCancels(t *testing.T) {
 	wg.Wait()
 
 	b.invariants(t, "acme", ids, dst)
+	require.Len(t, b.runsOf(t, src, "globex"), others, "the other tenant's runs stay on the old home")
+	for id, n := range x.completed {
+		require.LessOrEqual(t, n, 1, "run %s completed %d times", id, n)
+	}
 	got := b.runsOf(t, dst, "acme")
 	for _, id := range ids {
 		require.LessOrEqual(t, x.completed[id], 1, id)
@@ -108,9 +161,13 @@ func (b *bundle) work(ctx context.Context, s int, worker string, x *executions) 
 			_ = sleep(ctx, time.Millisecond)
 			continue
 		}
-		var id string
-		if err := db.QueryRow(ctx, `SELECT id FROM runs WHERE pk = $1`, res.Task.RunPK).Scan(&id); err != nil {
+		var tenant, id string
+		if err := db.QueryRow(ctx, `SELECT tenant, id FROM runs WHERE pk = $1`, res.Task.RunPK).Scan(&tenant, &id); err != nil {
 			continue
+		}
+		if tenant != "acme" {
+			// Another tenant's run: recorded apart, under its tenant.
+			id = tenant + "/" + id
 		}
 		if err := claim.Complete(ctx, db, res.Task.ID, res.Task.LeaseToken, nil); err == nil {
 			x.complete(id)
