@@ -20,7 +20,8 @@ import (
 // the first gateway placed them, though the hash over three shards now
 // points elsewhere.
 func TestAddingAShardMovesNobody(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the package's parallel tests already come near the
+	// test server's connection limit.
 	tenant := ""
 	for _, name := range []string{"acme", "globex", "initech", "umbrella", "hooli", "wayne", "stark", "tyrell"} {
 		if shards.Home(name, 2) != shards.Home(name, 3) {
@@ -63,7 +64,8 @@ func (b *bundle) moveEntry(t *testing.T, tenant string, shard, from int) {
 // A gateway whose cache still names the old home is refused there by the
 // fence, reads the directory again and writes the start on the new home.
 func TestFencedHomeSendsStartsToTheNewOne(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the package's parallel tests already come near the
+	// test server's connection limit.
 	b := setup(t, setupOpts{})
 	tenant := tenantOn[0]
 	status, body := b.call(t, "POST", "/v1/runs", secretA, startBody(`"id":"first"`))
@@ -92,7 +94,8 @@ func TestFencedHomeSendsStartsToTheNewOne(t *testing.T) {
 // read finds a run on either; a deferred start waits for the end of the
 // copy; a run the copy holds cannot be cancelled until it lands.
 func TestStartsDuringACopy(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the package's parallel tests already come near the
+	// test server's connection limit.
 	b := setup(t, setupOpts{})
 	tenant := tenantOn[0]
 	for _, id := range []string{"old", "held"} {
@@ -141,7 +144,8 @@ func TestStartsDuringACopy(t *testing.T) {
 // starts and the directory still names it: a start is held until the
 // switch, then written on the new home, never refused.
 func TestStartIsHeldUntilTheSwitch(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the package's parallel tests already come near the
+	// test server's connection limit.
 	b := setup(t, setupOpts{})
 	tenant := tenantOn[0]
 	b.startRun(t, secretA, http.StatusCreated, startBody(`"id":"first"`))

@@ -146,6 +146,9 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	cfg.KeyBinding = o.KeyBinding
 	cfg.WaitPoll = 20 * time.Millisecond
 	cfg.ConnectTimeout = time.Second
+	// Small pools: the package runs dozens of gateways at once beside
+	// other packages' tests on one server, whose connections are few.
+	cfg.PoolSize = 3
 	if o.MaxBodyBytes > 0 {
 		cfg.MaxBodyBytes = o.MaxBodyBytes
 	}

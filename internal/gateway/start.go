@@ -255,21 +255,11 @@ func (g *Gateway) startOn(ctx context.Context, c caller, e directory.Entry, reqs
 			deferredIdx = append(deferredIdx, i)
 			continue
 		}
-		p := runstore.StartParams{Tenant: c.tenant, Shard: shard, Req: reqs[i], TraceContext: telemetry.InjectJSON(ctxs[i])}
-		if from := e.From(); from >= 0 {
-			old := p
-			old.Shard = from
-			res, found, err := runstore.Existing(ctxs[i], g.shards[from], old)
-			if err != nil || found {
-				out[i] = started{run: res.Run}
-				if err != nil {
-					out[i].err = g.apiError(err, from, "start")
-				}
-				continue
-			}
-		}
-		params = append(params, p)
+		params = append(params, runstore.StartParams{Tenant: c.tenant, Shard: shard, Req: reqs[i], TraceContext: telemetry.InjectJSON(ctxs[i])})
 		index = append(index, i)
+	}
+	if from := e.From(); from >= 0 && len(params) > 0 {
+		params, index = g.answerFromOldHome(ctx, from, params, index, out)
 	}
 	var wg sync.WaitGroup
 	var committedMoved []int
@@ -310,6 +300,39 @@ func (g *Gateway) startOn(ctx context.Context, c caller, e directory.Entry, reqs
 	moved = append(moved, committedMoved...)
 	slices.Sort(moved)
 	return moved
+}
+
+// answerFromOldHome answers, from a moving tenant's old home, the starts
+// whose ids it still holds (one read for all of them), and returns the
+// others, to be written on the new home.
+func (g *Gateway) answerFromOldHome(ctx context.Context, from int, params []runstore.StartParams, index []int,
+	out []started) ([]runstore.StartParams, []int) {
+	old := make([]runstore.StartParams, len(params))
+	for j, p := range params {
+		old[j] = p
+		old[j].Shard = from
+	}
+	res, found, err := runstore.Existing(ctx, g.shards[from], old)
+	if err != nil {
+		e := g.apiError(err, from, "start")
+		for _, i := range index {
+			out[i] = started{err: e}
+		}
+		return nil, nil
+	}
+	var restP []runstore.StartParams
+	var restI []int
+	for j, i := range index {
+		if !found[j] {
+			restP, restI = append(restP, params[j]), append(restI, i)
+			continue
+		}
+		out[i] = started{run: res[j].Result.Run}
+		if res[j].Err != nil {
+			out[i].err = g.apiError(res[j].Err, from, "start")
+		}
+	}
+	return restP, restI
 }
 
 // startDeferred takes one deferred start in a transaction of its own on

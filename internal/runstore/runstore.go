@@ -35,6 +35,8 @@ var (
 	sqlTaskCancelByRun = mustSQL("TaskCancelByRun")
 	sqlRunMoveCheck    = mustSQL("RunMoveCheck")
 
+	sqlRunGetManyHashed = mustSQL("RunGetManyHashed")
+
 	sqlTenantRunningLock = mustSQL("TenantRunningLock")
 )
 
@@ -326,21 +328,58 @@ func replay(ctx context.Context, db claim.DB, p *StartParams, hash []byte) (Star
 	return StartResult{Run: existing}, nil
 }
 
-// Existing answers a start from the run its id names on db, if there is
-// one: a replay (Created false), or ErrConflict when the request differs.
-// found is false when db holds no run by that id. The gateway asks a
-// moving tenant's old home this before it writes the start on the new
-// one, so a start sent again during a move never makes a second run.
-func Existing(ctx context.Context, db claim.DB, p StartParams) (res StartResult, found bool, err error) {
-	hash, err := RequestHash(&p.Req)
+// Existing answers starts from the runs their ids name on db, in one
+// read: out[i] is a replay of ps[i] (Created false), or has Err
+// ErrConflict when the request differs; found[i] is false when db holds no
+// run by that id. The gateway asks a moving tenant's old home this before
+// it writes the starts on the new one, so a start sent again during a
+// move never makes a second run.
+func Existing(ctx context.Context, db claim.DB, ps []StartParams) (out []StartOutcome, found []bool, err error) {
+	out, found = make([]StartOutcome, len(ps)), make([]bool, len(ps))
+	if len(ps) == 0 {
+		return out, found, nil
+	}
+	tenants, ids := make([]string, len(ps)), make([]string, len(ps))
+	for i, p := range ps {
+		tenants[i], ids[i] = p.Tenant, p.Req.ID
+	}
+	rows, err := db.Query(ctx, sqlRunGetManyHashed, tenants, ids)
 	if err != nil {
-		return StartResult{}, false, err
+		return nil, nil, fmt.Errorf("runstore: read runs: %w", err)
 	}
-	res, err = replay(ctx, db, &p, hash)
-	if errors.Is(err, ErrNotFound) {
-		return StartResult{}, false, nil
+	defer rows.Close()
+	type stored struct {
+		run  api.Run
+		hash []byte
 	}
-	return res, true, err
+	held := map[[2]string]stored{}
+	for rows.Next() {
+		var hash []byte
+		run, _, err := scanRun(rows, ps[0].Shard, &hash)
+		if err != nil {
+			return nil, nil, err
+		}
+		held[[2]string{run.Tenant, run.ID}] = stored{run, hash}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("runstore: read runs: %w", err)
+	}
+	for i := range ps {
+		st, ok := held[[2]string{ps[i].Tenant, ps[i].Req.ID}]
+		if !ok {
+			continue
+		}
+		found[i] = true
+		want, err := RequestHash(&ps[i].Req)
+		if err != nil {
+			return nil, nil, err
+		}
+		out[i].Result.Run = st.run
+		if !bytes.Equal(st.hash, want) {
+			out[i].Err = ErrConflict
+		}
+	}
+	return out, found, nil
 }
 
 // Get reads the tenant's run; ErrNotFound when the tenant has none by that

@@ -32,7 +32,15 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	b := &bundle{ctx: context.Background()}
 	for range 3 {
-		b.dbs = append(b.dbs, testsvc.NewDB(t))
+		// Small pools: the package's tests run beside other packages'
+		// on one server, whose connections are few.
+		cfg, err := pgxpool.ParseConfig(testsvc.NewDBURL(t))
+		require.NoError(t, err)
+		cfg.MaxConns = 3
+		pool, err := pgxpool.NewWithConfig(b.ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		b.dbs = append(b.dbs, pool)
 	}
 	b.o = Options{Shards: b.dbs, MaxRuns: 10000, Batch: 3, Poll: 5 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}

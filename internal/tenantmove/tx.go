@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harvest-run/harvest/internal/auth"
 )
 
 // txAttempts bounds the retries of a step the database broke on purpose
@@ -35,14 +36,11 @@ func inTx(ctx context.Context, db *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	}
 }
 
-// tenantRe is the shape of a tenant name: the characters a NATS subject
-// and a gateway token carry without escaping. No package of the module
-// validates tenant names yet, so the rule lives here.
-var tenantRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-
+// validTenant applies the tenant-name rule of the tokens file
+// (auth.ValidateTenant), naming the tenant.
 func validTenant(tenant string) error {
-	if !tenantRe.MatchString(tenant) {
-		return fmt.Errorf("tenantmove: tenant %q: must be 1 to 128 of A-Z, a-z, 0-9, '_' and '-'", tenant)
+	if err := auth.ValidateTenant(tenant); err != nil {
+		return fmt.Errorf("tenantmove: tenant %q: %w", tenant, err)
 	}
 	return nil
 }
