@@ -53,13 +53,14 @@ func commands() map[string]command {
 		"bench":   {"moved to the tools module: go -C tools run ./cmd/harvest-bench <benchmark> (see docs/benchmarks.md)", runBenchMoved},
 		"weights": {"get, set or clear fairness-key weight overrides on every shard", runWeights},
 		"quotas":  {"get, set or clear quota-key concurrency caps and rate limits on every shard", runQuotas},
+		"queues":  {"pause or resume a queue on every shard: workers stop claiming it, starts still wait in it", runQueues},
 
 		"admission": {"show or set tenant admission (algorithm, TFM) on the shards in HARVEST_SHARDS", runAdmission},
 		"tenants":   {"list tenants' home shards, pin a new tenant's home, or move a tenant to another shard online", runTenants},
 
 		"dev":   {"run a whole Harvest on this machine (NATS, N shards (--shards, default 2), gateway, a worker per shard) until Ctrl-C", runDev},
 		"start": {"start a run through the gateway at HARVEST_GATEWAY_URL (token HARVEST_TOKEN)", runStart},
-		"runs":  {"read, list or cancel runs through the gateway: runs get|list|cancel", runRuns},
+		"runs":  {"read, list, cancel or retry runs through the gateway: runs get|list|cancel|retry", runRuns},
 		"demo":  {"demo flood|share|priority: a flood beside a trickle, weighted shares, priority before fairness", runDemo},
 
 		"version":     {"print the version of this binary (also --version)", runVersion},

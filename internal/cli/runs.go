@@ -46,6 +46,7 @@ func runsClient() (*client.Client, error) {
 const runsUsage = `runs get ID [--wait 30s] [--json]
        harvest runs list [--status queued,running] [--queue Q] [--name WORKFLOW] [--limit 50] [--cursor C] [--json]
        harvest runs cancel ID [--json]
+       harvest runs retry ID [--json]
 
 Reads, lists or cancels the runs of the tenant of the token in HARVEST_TOKEN
 through the gateway at HARVEST_GATEWAY_URL.
@@ -54,6 +55,10 @@ through the gateway at HARVEST_GATEWAY_URL.
   list    prints a page of runs, newest first, as a table, then the cursor
           of the next page (pass it as --cursor); --json prints the page.
   cancel  cancels a run that is not final yet and prints it.
+  retry   puts a failed or cancelled run back in its queue and prints it:
+          its attempts are kept and counted on, its last step runs again
+          with a fresh budget of attempts, and it takes an admission slot
+          as a start does.
 
 Exit status: 0 done (whatever the run's status), 1 error, 2 bad usage.`
 
@@ -61,7 +66,7 @@ func runRuns(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help" {
 		if len(args) == 0 {
 			fmt.Fprintln(e.stderr, "usage: harvest "+runsUsage)
-			return usageError{Msg: "name a subcommand: get, list or cancel"}
+			return usageError{Msg: "name a subcommand: get, list, cancel or retry"}
 		}
 		fmt.Fprintln(e.stdout, "usage: harvest "+runsUsage)
 		return nil
@@ -73,8 +78,10 @@ func runRuns(ctx context.Context, e env, args []string) error {
 		return runsList(ctx, e, args[1:])
 	case "cancel":
 		return runsCancel(ctx, e, args[1:])
+	case "retry":
+		return runsRetry(ctx, e, args[1:])
 	}
-	return usageError{Msg: fmt.Sprintf("unknown runs command %q (want get, list or cancel)", args[0])}
+	return usageError{Msg: fmt.Sprintf("unknown runs command %q (want get, list, cancel or retry)", args[0])}
 }
 
 func runsGet(ctx context.Context, e env, args []string) error {
@@ -186,6 +193,27 @@ func runsCancel(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	run, err := c.Cancel(ctx, id)
+	if err != nil {
+		return apiFailure(err)
+	}
+	return printRun(e, run, *asJSON)
+}
+
+func runsRetry(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "runs retry", runsUsage)
+	asJSON := fs.Bool("json", false, "print the run resource as JSON")
+	id, rest := splitPositional(args)
+	if err := parseFlags(fs, rest); err != nil {
+		return err
+	}
+	if id == "" {
+		return usageError{Msg: "usage: harvest runs retry ID [--json]"}
+	}
+	c, err := runsClient()
+	if err != nil {
+		return err
+	}
+	run, err := c.Retry(ctx, id)
 	if err != nil {
 		return apiFailure(err)
 	}

@@ -51,6 +51,7 @@ type adminBackend interface {
 	SetQuota(ctx context.Context, actor, queue, quotaKey string, q weights.Quota) (weights.QuotaWriteResult, error)
 	ClearQuota(ctx context.Context, actor, queue, quotaKey string) (weights.QuotaWriteResult, error)
 	GetQuota(ctx context.Context, queue, quotaKey string) (weights.QuotaReadResult, error)
+	PauseQueue(ctx context.Context, actor, queue string, paused bool) (api.QueuePauseResult, error)
 	Close()
 }
 
@@ -119,6 +120,10 @@ func (b *directBackend) ClearQuota(ctx context.Context, actor, queue, quotaKey s
 
 func (b *directBackend) GetQuota(ctx context.Context, queue, quotaKey string) (weights.QuotaReadResult, error) {
 	return weights.GetQuota(ctx, b.set.Shards(), queue, quotaKey, b.opts...)
+}
+
+func (b *directBackend) PauseQueue(ctx context.Context, actor, queue string, paused bool) (api.QueuePauseResult, error) {
+	return weights.Pause(ctx, b.set.Shards(), actor, queue, paused, b.opts...)
 }
 
 func (b *directBackend) Close() {
@@ -433,6 +438,10 @@ func printKeys(w io.Writer, res weights.KeysResult) {
 			fmt.Fprint(w, " (more not shown: raise --limit)")
 		}
 		fmt.Fprintln(w)
+		if s.Paused != nil {
+			fmt.Fprintf(w, "PAUSED by %s since %s: workers claim nothing from this queue here (harvest queues resume)\n",
+				s.Paused.By, s.Paused.At.UTC().Format(time.RFC3339))
+		}
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "KEY\tWEIGHT\tPASS\tLAG\tPENDING\tCLAIMS/MIN")
 		for _, k := range s.Keys {
@@ -492,6 +501,13 @@ func (b gatewayBackend) ClearWeight(ctx context.Context, _, queue, key string) (
 
 func (b gatewayBackend) GetWeights(ctx context.Context, queue string) (weights.ReadResult, error) {
 	return b.c.GetWeights(ctx, queue)
+}
+
+func (b gatewayBackend) PauseQueue(ctx context.Context, _, queue string, paused bool) (api.QueuePauseResult, error) {
+	if paused {
+		return b.c.PauseQueue(ctx, queue)
+	}
+	return b.c.ResumeQueue(ctx, queue)
 }
 
 func (b gatewayBackend) Keys(ctx context.Context, queue string, limit int) (weights.KeysResult, error) {

@@ -28,6 +28,8 @@ import (
 //	PUT    /v1/queues/{queue}/quotas/{quota_key}   weights:write
 //	DELETE /v1/queues/{queue}/quotas/{quota_key}   weights:write
 //	GET    /v1/queues/{queue}/keys                 weights:read
+//	POST   /v1/queues/{queue}/pause                weights:write
+//	POST   /v1/queues/{queue}/resume               weights:write
 //	GET    /v1/audit                               config:read
 //	GET    /v1/admission                           config:read
 //	PUT    /v1/admission                           config:write
@@ -44,6 +46,8 @@ func (g *Gateway) adminRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /v1/queues/{queue}/quotas/{quota_key}", g.audited("quota.set", "quota_key", g.operator(auth.WeightsWrite, g.httpSetQuota)))
 	mux.HandleFunc("DELETE /v1/queues/{queue}/quotas/{quota_key}", g.audited("quota.clear", "quota_key", g.operator(auth.WeightsWrite, g.httpClearQuota)))
 	mux.HandleFunc("GET /v1/queues/{queue}/keys", g.operator(auth.WeightsRead, g.httpKeys))
+	mux.HandleFunc("POST /v1/queues/{queue}/pause", g.audited(weights.ActionQueuePause, "", g.operator(auth.WeightsWrite, g.httpPause(true))))
+	mux.HandleFunc("POST /v1/queues/{queue}/resume", g.audited(weights.ActionQueueResume, "", g.operator(auth.WeightsWrite, g.httpPause(false))))
 	mux.HandleFunc("GET /v1/audit", g.operator(auth.ConfigRead, g.httpAudit))
 	mux.HandleFunc("GET /v1/admission", g.operator(auth.ConfigRead, g.httpGetAdmission))
 	mux.HandleFunc("PUT /v1/admission", g.httpPutAdmission)

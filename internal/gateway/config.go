@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/harvest-run/harvest/internal/config"
@@ -42,6 +44,7 @@ type Config struct {
 	GroupFlushers     int           `envconfig:"GATEWAY_GROUP_FLUSHERS" default:"2" desc:"start transactions in flight per shard; a tenant is in one at a time, and a second goes only when a quarter of HARVEST_GATEWAY_GROUP_MAX starts wait for it"`
 	GroupLinger       time.Duration `envconfig:"GATEWAY_GROUP_LINGER" default:"0s" desc:"extra wait for more starts before a group commits (0: take what queued up during the previous commit)"`
 	AdminSession      time.Duration `envconfig:"GATEWAY_ADMIN_SESSION" default:"30m" desc:"lifetime of a sign-in to the /admin page (sessions live in the memory of the gateway that made them)"`
+	TraceURL          string        `envconfig:"GATEWAY_TRACE_URL" desc:"link from a run's page in the console to its trace: an http(s) URL in which {trace_id} stands for the trace id, such as http://localhost:16686/trace/{trace_id} for Jaeger (empty: the id is shown without a link)"`
 	CookieSecure      string        `envconfig:"GATEWAY_COOKIE_SECURE" default:"auto" desc:"Secure flag of the /admin cookies: auto (over TLS, or when a proxy sends X-Forwarded-Proto: https) or always (a gateway behind a TLS proxy that does not say so)"`
 }
 
@@ -90,8 +93,36 @@ func (c Config) Validate() error {
 	check(c.AdminSession >= time.Minute && c.AdminSession <= 24*time.Hour, "HARVEST_GATEWAY_ADMIN_SESSION: must be from 1m to 24h, got %s", c.AdminSession)
 	check(c.CookieSecure == CookieSecureAuto || c.CookieSecure == CookieSecureAlways, "HARVEST_GATEWAY_COOKIE_SECURE: must be %s or %s, got %q", CookieSecureAuto, CookieSecureAlways, c.CookieSecure)
 	check(c.GroupLinger >= 0 && c.GroupLinger <= 50*time.Millisecond, "HARVEST_GATEWAY_GROUP_LINGER: must be from 0 to 50ms, got %s", c.GroupLinger)
+	if c.TraceURL != "" {
+		check(validTraceURL(c.TraceURL), "HARVEST_GATEWAY_TRACE_URL: %q: want an http or https URL holding {trace_id}", c.TraceURL)
+	}
 	return errors.Join(errs...)
 }
+
+// validTraceURL reports whether u is an absolute http(s) URL with the
+// {trace_id} placeholder in it.
+func validTraceURL(u string) bool {
+	if !strings.Contains(u, traceIDPlaceholder) {
+		return false
+	}
+	p, err := url.Parse(strings.ReplaceAll(u, traceIDPlaceholder, "0"))
+	return err == nil && (p.Scheme == "http" || p.Scheme == "https") && p.Host != ""
+}
+
+// traceIDPlaceholder is what HARVEST_GATEWAY_TRACE_URL holds in place of
+// the trace id.
+const traceIDPlaceholder = "{trace_id}"
+
+// TraceLink is the link to a trace from HARVEST_GATEWAY_TRACE_URL, or
+// empty when none is set or the id is not a W3C trace id (32 hex digits).
+func (c Config) TraceLink(traceID string) string {
+	if c.TraceURL == "" || !traceIDRe.MatchString(traceID) {
+		return ""
+	}
+	return strings.ReplaceAll(c.TraceURL, traceIDPlaceholder, traceID)
+}
+
+var traceIDRe = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // DefaultConfig returns the defaults with the given shards, for tests and
 // embedding (harvest dev, benchmarks).

@@ -29,6 +29,7 @@ import (
 //	GET  /v1/runs               list the tenant's runs   runs:read
 //	GET  /v1/runs/{id}          read a run (?wait=30s)   runs:read
 //	POST /v1/runs/{id}/cancel   cancel a run             runs:start
+//	POST /v1/runs/{id}/retry    retry a failed run       runs:start
 //	GET  /v1/usage              own count and limit      runs:read
 //	...  /v1/queues/..., /v1/audit, /v1/admission        see adminRoutes
 //	GET  /admin                 administration page      browser session (config:read)
@@ -41,6 +42,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/runs", g.authed(auth.RunsRead, g.httpList))
 	mux.HandleFunc("GET /v1/runs/{id}", g.authed(auth.RunsRead, g.httpGet))
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", g.authed(auth.RunsStart, g.httpCancel))
+	mux.HandleFunc("POST /v1/runs/{id}/retry", g.audited("run.retry", "", g.authed(auth.RunsStart, g.httpRetry)))
 	g.adminRoutes(mux)
 	g.pageRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {

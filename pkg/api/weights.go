@@ -176,6 +176,9 @@ type ShardKeyList struct {
 	// Truncated: the queue has more keys than the limit; the first ones in
 	// byte order are listed.
 	Truncated bool `json:"truncated"`
+	// Paused is set while the queue is paused on the shard: its workers
+	// claim none of its tasks there until it is resumed.
+	Paused *QueuePause `json:"paused"`
 }
 
 // AuditEntry is one audit row.
@@ -267,6 +270,9 @@ type KeysResult struct {
 	Queue             string      `json:"queue"`
 	Shards            []ShardKeys `json:"shards"`
 	UnavailableShards []int       `json:"unavailable_shards"`
+	// PausedShards lists the shards where the queue is paused (see
+	// POST /v1/queues/{queue}/pause): no worker claims from it there.
+	PausedShards []int `json:"paused_shards"`
 }
 
 // Status is 200 when at least one shard answered, else 503.

@@ -84,6 +84,26 @@ func (c *Client) Keys(ctx context.Context, queue string, limit int) (api.KeysRes
 	return out, err
 }
 
+// PauseQueue pauses queue on every shard (weights:write): workers claim
+// none of its tasks until ResumeQueue, and starts are still accepted. When
+// it returns with every shard's outcome ok, no claim is still taking the
+// queue's tasks. A 207 or 503 result is returned, not an error: send the
+// same call again (it is idempotent) to reach the shards in
+// UnavailableShards.
+func (c *Client) PauseQueue(ctx context.Context, queue string) (api.QueuePauseResult, error) {
+	var out api.QueuePauseResult
+	err := c.fanoutCall(ctx, http.MethodPost, queuePath(queue, "pause"), nil, nil, &out)
+	return out, err
+}
+
+// ResumeQueue resumes a paused queue on every shard (weights:write) and
+// wakes its workers; the result follows the rules of PauseQueue.
+func (c *Client) ResumeQueue(ctx context.Context, queue string) (api.QueuePauseResult, error) {
+	var out api.QueuePauseResult
+	err := c.fanoutCall(ctx, http.MethodPost, queuePath(queue, "resume"), nil, nil, &out)
+	return out, err
+}
+
 // AuditEntry is one row of GET /v1/audit with the shard it lives on.
 type AuditEntry struct {
 	Shard int `json:"shard"`

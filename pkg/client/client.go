@@ -377,6 +377,19 @@ func (c *Client) Cancel(ctx context.Context, id string) (api.Run, error) {
 	return run, err
 }
 
+// Retry puts a failed or cancelled run back in its queue and returns it,
+// queued: its attempts are kept and counted on, its last task runs again
+// with a fresh budget of attempts, and the run takes an admission slot as
+// a start does (429 when the tenant is at its limit). A run in any other
+// status, or a deferred start cancelled before it fired, gives a 409
+// error. The call is not repeated on a transport error: a retry that did
+// reach the gateway would be answered 409 the second time.
+func (c *Client) Retry(ctx context.Context, id string) (api.Run, error) {
+	var run api.Run
+	_, err := c.httpCall(ctx, http.MethodPost, "/v1/runs/"+url.PathEscape(id)+"/retry", nil, nil, &run)
+	return run, err
+}
+
 // fillID gives a start without an id a UUIDv7, the form the gateway would
 // have made, so that every attempt of the call carries the same id.
 func fillID(req *api.StartRequest) error {

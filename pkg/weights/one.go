@@ -309,6 +309,9 @@ func keysOne(ctx context.Context, db DB, queue, owner string, limit int) (ShardK
 		out.Keys = out.Keys[:limit]
 		out.Truncated = true
 	}
+	if out.Paused, err = PausedOne(ctx, db, queue); err != nil {
+		return ShardKeyList{}, err
+	}
 	return out, nil
 }
 

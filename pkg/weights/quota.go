@@ -137,7 +137,8 @@ func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts 
 }
 
 // Keys lists, per shard, the keys of queue with their weight, pass, lag,
-// pending tasks and claims in the last minute (at most limit keys per
+// pending tasks and claims in the last minute, and whether the queue is
+// paused there (at most limit keys per
 // shard; DefaultKeyLimit when limit <= 0). Lags compare only within one
 // shard: each shard has its own queue clock.
 func Keys(ctx context.Context, shards []Shard, queue string, limit int, opts ...Option) (KeysResult, error) {
@@ -154,13 +155,16 @@ func Keys(ctx context.Context, shards []Shard, queue string, limit int, opts ...
 	res := call(ctx, shards, o, func(ctx context.Context, db DB) (ShardKeyList, error) {
 		return keysOne(ctx, db, queue, o.owner, limit)
 	})
-	out := KeysResult{Queue: queue, Shards: []ShardKeys{}, UnavailableShards: []int{}}
+	out := KeysResult{Queue: queue, Shards: []ShardKeys{}, UnavailableShards: []int{}, PausedShards: []int{}}
 	for _, r := range res {
 		so := outcomeOf(r.Shard, r.Err)
 		sk := ShardKeys{Shard: r.Shard, Outcome: so.Outcome, Message: so.Message, ShardKeyList: r.Value}
 		if r.Err != nil {
 			sk.Keys = []KeyView{}
 			out.UnavailableShards = append(out.UnavailableShards, r.Shard)
+		}
+		if sk.Paused != nil {
+			out.PausedShards = append(out.PausedShards, r.Shard)
 		}
 		out.Shards = append(out.Shards, sk)
 	}

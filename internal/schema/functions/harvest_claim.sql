@@ -22,6 +22,12 @@ AS $$
 DECLARE
     r_out harvest_claimed;
 BEGIN
+    -- A paused queue hands out nothing (queue_pauses); its shared pause
+    -- lock comes before every other lock of the claim.
+    IF harvest_queue_pause_lock(p_queue, false) THEN
+        r_out.outcome := 'no_task';
+        RETURN r_out;
+    END IF;
     IF p_fair THEN
         PERFORM harvest_queue_lock(p_queue);
         IF p_release_early THEN

@@ -32,6 +32,11 @@ DECLARE
     v_took boolean := false;
     v_lone text;
 BEGIN
+    -- A paused queue hands out nothing (queue_pauses); its shared pause
+    -- lock comes before every other lock of the claim.
+    IF harvest_queue_pause_lock(p_queue, false) THEN
+        RETURN;
+    END IF;
     -- The lone case: a batch in a transaction of its own (in a caller's
     -- transaction the shared lock would outlive the statement, and a later
     -- claim of that transaction could not take the exclusive one), no

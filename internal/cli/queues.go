@@ -1,0 +1,98 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/weights"
+)
+
+const queuesUsage = `queues <pause|resume> --queue Q [--json] [--timeout 10s]
+
+  pause   --queue Q    workers stop claiming the queue's tasks on every shard;
+                       starts are still accepted and wait
+  resume  --queue Q    workers claim the queue again (they are woken at once)
+
+When pause exits 0, no claim is still taking the queue's tasks on any shard.
+Both are audited and idempotent. They go to every shard in HARVEST_SHARDS, or
+through the gateway at HARVEST_GATEWAY_URL (with HARVEST_TOKEN, which needs
+weights:write) when it is set. 'harvest weights keys --queue Q' shows the
+pause. Exit codes: 0 every shard, 3 only some shards (send the same command
+again), 5 no shard, 2 bad usage.`
+
+func runQueues(ctx context.Context, e env, args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			fmt.Fprintln(e.stdout, "usage: harvest "+queuesUsage)
+			return flag.ErrHelp
+		}
+		return usageError{Msg: "usage: harvest " + queuesUsage}
+	}
+	sub, args := args[0], args[1:]
+	if sub != "pause" && sub != "resume" {
+		return usageError{Msg: fmt.Sprintf("unknown subcommand %q: want pause or resume", sub)}
+	}
+	fs := newFlags(e, "queues "+sub, queuesUsage)
+	af := addAdminFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *af.queue == "" {
+		return usageError{Msg: "--queue is required"}
+	}
+	if err := weights.ValidateQueue(*af.queue); err != nil {
+		return argError(err)
+	}
+	b, err := openAdminBackend(ctx, *af.timeout, true)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	res, err := b.PauseQueue(ctx, cliActor(), *af.queue, sub == "pause")
+	if err != nil {
+		return argError(err)
+	}
+	if *af.asJSON {
+		if err := writeJSON(e.stdout, res); err != nil {
+			return err
+		}
+	} else {
+		printPause(e, res)
+	}
+	msg := ""
+	if len(res.UnavailableShards) > 0 {
+		msg = fmt.Sprintf("shards %s did not take it: send the same command again", ints(res.UnavailableShards))
+	}
+	return readStatus(res.Status(), len(res.UnavailableShards), msg)
+}
+
+func printPause(e env, res api.QueuePauseResult) {
+	verb := "resumed"
+	if res.Paused {
+		verb = "paused"
+	}
+	fmt.Fprintf(e.stdout, "queue %q %s\n", res.Queue, verb)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tOUTCOME\tSTATE\tMESSAGE")
+	for _, s := range res.Shards {
+		state := "-"
+		switch {
+		case s.Outcome != api.ShardOutcomeOK:
+		case s.Paused != nil:
+			state = fmt.Sprintf("paused by %s since %s", s.Paused.By, s.Paused.At.UTC().Format(time.RFC3339))
+		default:
+			state = "running"
+		}
+		note := s.Message
+		if s.Outcome == api.ShardOutcomeOK && !s.Changed {
+			note = "unchanged (it was " + verb + " already)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Shard, s.Outcome, state, note)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,146 @@
+package claim_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/internal/testfactory"
+	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/weights"
+)
+
+// The waits of the pause test: conditions, bounded generously for a loaded
+// machine under the race detector.
+const (
+	waitLong  = 2 * time.Minute
+	pollEvery = 10 * time.Millisecond
+)
+
+// TestPauseStopsEveryClaimer pauses a queue while claim loops of every
+// kind (single, batch, combined by a Claimer; fair and ordinary) take its
+// tasks and starts keep arriving, at 1, 4 and 16 loops: once Pause has
+// returned, no claim that began after it takes a task; after the resume
+// every task is claimed.
+func TestPauseStopsEveryClaimer(t *testing.T) {
+	t.Parallel()
+	for _, loops := range []int{1, 4, 16} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			const queue = "paused q"
+			const before = 200
+			for i := range before {
+				b.task(taskOpts{Queue: queue, Key: fmt.Sprintf("k%d", i%5)})
+			}
+			var (
+				pausedDone atomic.Bool // Pause has returned
+				resumed    atomic.Bool
+				late       atomic.Int64 // tasks taken by claims begun after the pause returned
+				sincePause atomic.Int64 // claim calls begun after the pause returned
+				claimed    sync.Map     // task id -> true
+				wg         sync.WaitGroup
+			)
+			ctx, stop := context.WithCancel(b.ctx)
+			defer stop()
+			claimer := claim.NewClaimer(b.db)
+			record := func(began bool, rs ...claim.Result) {
+				for _, r := range rs {
+					if !r.OK {
+						continue
+					}
+					if _, dup := claimed.LoadOrStore(r.Task.ID, true); dup {
+						t.Errorf("task %d claimed twice", r.Task.ID)
+					}
+					if began && !resumed.Load() {
+						late.Add(1)
+					}
+				}
+			}
+			for l := range loops {
+				wg.Go(func() {
+					req := claim.Request{Queue: queue, Worker: fmt.Sprintf("w%d", l), Fair: l%2 == 0}
+					for ctx.Err() == nil {
+						began := pausedDone.Load()
+						if began {
+							sincePause.Add(1)
+						}
+						var err error
+						switch l % 3 {
+						case 0:
+							var r claim.Result
+							r, err = claim.Claim(ctx, b.db, req)
+							record(began, r)
+						case 1:
+							var rs []claim.Result
+							rs, err = claim.ClaimBatch(ctx, b.db, req, 8)
+							record(began, rs...)
+						default:
+							var r claim.Result
+							r, err = claimer.Claim(ctx, req)
+							record(began, r)
+						}
+						if err != nil && ctx.Err() == nil {
+							t.Errorf("claim: %v", err)
+							return
+						}
+					}
+				})
+			}
+			// Starts commit while the loops claim and while the queue is
+			// paused.
+			var added atomic.Int64
+			wg.Go(func() {
+				for i := 0; ctx.Err() == nil && i < 300; i++ {
+					testfactory.Task(ctx, t, b.db, testfactory.TaskOpts{Queue: queue, Key: fmt.Sprintf("k%d", i%7)})
+					added.Add(1)
+				}
+			})
+			shard := []weights.Shard{{Index: 0, DB: b.db}}
+			res, err := weights.Pause(b.ctx, shard, "test", queue, true)
+			require.NoError(t, err)
+			require.Equal(t, 200, res.Status())
+			require.True(t, res.Shards[0].Changed)
+			pausedDone.Store(true)
+			// Wait until every loop has tried many times since the pause.
+			require.Eventually(t, func() bool { return sincePause.Load() >= int64(40*loops) }, waitLong, pollEvery)
+			require.Zero(t, late.Load(), "claims begun after the pause returned took tasks")
+
+			keys, err := weights.Keys(b.ctx, shard, queue, 0)
+			require.NoError(t, err)
+			require.Equal(t, []int{0}, keys.PausedShards)
+			require.NotNil(t, keys.Shards[0].Paused)
+			require.Equal(t, "test", keys.Shards[0].Paused.By)
+
+			// Pausing again changes nothing; resuming lets every task go.
+			again, err := weights.Pause(b.ctx, shard, "test", queue, true)
+			require.NoError(t, err)
+			require.False(t, again.Shards[0].Changed)
+			resumed.Store(true)
+			res, err = weights.Pause(b.ctx, shard, "test", queue, false)
+			require.NoError(t, err)
+			require.True(t, res.Shards[0].Changed)
+			require.Nil(t, res.Shards[0].Paused)
+			count := func() int {
+				n := 0
+				claimed.Range(func(_, _ any) bool { n++; return true })
+				return n
+			}
+			require.Eventually(t, func() bool {
+				return added.Load() == 300 && count() == before+300
+			}, waitLong, pollEvery)
+			stop()
+			wg.Wait()
+
+			var audited int
+			require.NoError(t, b.db.QueryRow(b.ctx,
+				`SELECT count(*) FROM audit WHERE queue = $1 AND action IN ('queue.pause', 'queue.resume')`, queue).Scan(&audited))
+			require.Equal(t, 3, audited)
+		})
+	}
+}
