@@ -114,6 +114,12 @@ func (g *Gateway) httpPause(paused bool) principalHandler {
 		if !knownQuery(w, r) {
 			return
 		}
+		if p.Tenant != "" {
+			// A queue is shared by every tenant: pausing it is the
+			// operators' call, whatever the token's privileges.
+			writeError(w, api.NewError(api.CodePermissionDenied, "token %q belongs to tenant %q: a queue serves every tenant, so only an operator's token (no tenant) may pause or resume it", p.Name, p.Tenant))
+			return
+		}
 		res, e := g.setQueuePaused(r.Context(), p.Name, r.PathValue("queue"), paused)
 		if e != nil {
 			writeError(w, e)
