@@ -123,9 +123,12 @@ func (g *Gateway) audited(action, keyParam string, h http.HandlerFunc) http.Hand
 		rec := &refusalRecorder{ResponseWriter: w}
 		h(rec, r)
 		// 409 is a refusal at the override cap, which the shards' own
-		// write functions audit; 401 names no actor; 5xx is no refusal.
+		// write functions audit; 401 names no actor; 404 (a retry of an
+		// unknown run) changes nothing anyone could ask for and would let
+		// a caller write rows at will; 5xx is no refusal.
 		e := rec.err
-		if e == nil || e.Status == http.StatusUnauthorized || e.Status == http.StatusConflict || e.Status >= 500 {
+		if e == nil || e.Status == http.StatusUnauthorized || e.Status == http.StatusConflict ||
+			e.Status == http.StatusNotFound || e.Status >= 500 {
 			return
 		}
 		secret, _ := auth.BearerToken(r.Header.Get("Authorization"))

@@ -9,6 +9,7 @@ import (
 	"html/template"
 	"math"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -32,6 +33,11 @@ import (
 //	POST /admin/admission  save algorithm and TFM (form: algorithm, tfm, csrf)
 //	POST /admin/logout     sign out (form: csrf)
 //
+// The runs and queues pages of the console are in console_pages.go. An
+// operator's token (config:read) gets the admission page and the console;
+// a tenant's token with runs:read gets a session that sees only its own
+// runs (GET /admin sends it there).
+//
 // Sessions: see session.go. CSRF: the sign-in form carries a value this
 // gateway signed, with an expiry, that must also match a short-lived cookie
 // of the same value (double submit); once signed in, every form carries the
@@ -53,11 +59,12 @@ const (
 
 var adminTemplates = func() map[string]*template.Template {
 	funcs := template.FuncMap{
-		"fmtFloat": func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) },
-		"deref":    func(p *int) int { return *p },
+		"fmtFloat":   func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) },
+		"deref":      func(p *int) int { return *p },
+		"pathEscape": url.PathEscape,
 	}
 	out := map[string]*template.Template{}
-	for _, page := range []string{"signin", "refused", "dashboard"} {
+	for _, page := range []string{"signin", "refused", "dashboard", "runs", "run", "queues", "queue"} {
 		out[page] = template.Must(template.New("").Funcs(funcs).ParseFS(templateFiles,
 			"templates/layout.html", "templates/"+page+".html"))
 	}
@@ -70,6 +77,14 @@ func (g *Gateway) pageRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /admin/login", g.pageLogin)
 	mux.HandleFunc("POST /admin/admission", g.pageSave)
 	mux.HandleFunc("POST /admin/logout", g.pageLogout)
+	mux.HandleFunc("GET /admin/runs", g.pageRuns)
+	mux.HandleFunc("GET /admin/runs/{tenant}/{id}", g.pageRun)
+	mux.HandleFunc("POST /admin/runs/{tenant}/{id}/cancel", g.pageRunCancel)
+	mux.HandleFunc("POST /admin/runs/{tenant}/{id}/retry", g.pageRunRetry)
+	mux.HandleFunc("GET /admin/queues", g.pageQueues)
+	mux.HandleFunc("GET /admin/queues/{queue}", g.pageQueue)
+	mux.HandleFunc("POST /admin/queues/{queue}/pause", g.pageQueuePause)
+	mux.HandleFunc("POST /admin/queues/{queue}/resume", g.pageQueueResume)
 }
 
 // pageData is what every page template sees.
@@ -81,6 +96,20 @@ type pageData struct {
 	CSRF       string
 	Error      string
 	SessionTTL string
+	// Tenant is set for a tenant's session; Operator for an operator's
+	// (config:read). They decide the navigation.
+	Tenant   string
+	Operator bool
+	// Live adds the live-refresh switch and its script (console pages).
+	Live bool
+	// Done confirms an action that was carried out.
+	Done string
+
+	// One of these for the console pages (console_pages.go).
+	Runs      *runsView
+	Run       *runView
+	QueueList *queuesView
+	Queue     *queueView
 
 	// Dashboard only.
 	Saved            bool
@@ -136,7 +165,7 @@ func (g *Gateway) render(w http.ResponseWriter, status int, page string, d pageD
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Content-Security-Policy", fmt.Sprintf(
-		"default-src 'none'; style-src 'nonce-%s'; script-src 'nonce-%s'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+		"default-src 'none'; style-src 'nonce-%s'; script-src 'nonce-%s'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 		d.Nonce, d.Nonce))
 	w.WriteHeader(status)
 	_, _ = w.Write(buf.Bytes())
@@ -203,10 +232,15 @@ func (g *Gateway) pageAdmin(w http.ResponseWriter, r *http.Request) {
 		g.signIn(w, r, http.StatusOK, msg)
 		return
 	}
-	if !p.Has(auth.ConfigRead) {
+	switch consoleRole(p) {
+	case roleTenant:
+		// A tenant's session has no dashboard: its page is its runs.
+		http.Redirect(w, r, "/admin/runs", http.StatusSeeOther)
+		return
+	case roleNone:
 		g.sessions.remove(sess.id)
 		g.setCookie(w, r, sessionCookie, "", -1)
-		g.refused(w, fmt.Sprintf("Token %q lacks the config:read privilege.", p.Name))
+		g.refused(w, fmt.Sprintf("Token %q lacks the config:read privilege, and is not a tenant's token with runs:read.", p.Name))
 		return
 	}
 	g.dashboard(w, r, http.StatusOK, sess, p, r.URL.Query().Get("saved") == "1", "", nil)
@@ -238,12 +272,17 @@ func (g *Gateway) pageLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.setCookie(w, r, loginCookie, "", -1)
-	if !p.Has(auth.ConfigRead) {
-		g.refused(w, fmt.Sprintf("Token %q lacks the config:read privilege: the administration page is for administrators only.", p.Name))
+	rl := consoleRole(p)
+	if rl == roleNone {
+		g.refused(w, fmt.Sprintf("Token %q lacks the config:read privilege, and is not a tenant's token with runs:read: the console is for operators and tenants only.", p.Name))
 		return
 	}
 	sess := g.sessions.create(secret)
 	g.setCookie(w, r, sessionCookie, sess.id, int(g.cfg.AdminSession/time.Second))
+	if rl == roleTenant {
+		http.Redirect(w, r, "/admin/runs", http.StatusSeeOther)
+		return
+	}
 	http.Redirect(w, r, "/admin", http.StatusSeeOther)
 }
 
@@ -282,7 +321,12 @@ func (g *Gateway) pageSave(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if !p.Has(auth.ConfigRead) {
+	switch rl := consoleRole(p); rl {
+	case roleTenant:
+		// The session stays: the tenant keeps its runs pages.
+		g.forbidden(w, sess, p, rl, fmt.Sprintf("Token %q lacks the config:read privilege.", p.Name))
+		return
+	case roleNone:
 		g.sessions.remove(sess.id)
 		g.refused(w, fmt.Sprintf("Token %q lacks the config:read privilege.", p.Name))
 		return
@@ -341,7 +385,7 @@ func algorithmNotes(v tenantcap.AdmissionView, tfm float64) map[tenantcap.Algori
 func (g *Gateway) dashboard(w http.ResponseWriter, r *http.Request, status int, sess *session, p auth.Principal, saved bool, errMsg string, form map[string]string) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
-	d := pageData{Title: "Administration", SignedIn: true, Actor: p.Name, CSRF: sess.csrf, Saved: saved, Error: errMsg}
+	d := pageData{Title: "Administration", SignedIn: true, Actor: p.Name, Operator: true, CSRF: sess.csrf, Saved: saved, Error: errMsg}
 	view, e := g.admissionView(ctx)
 	if e != nil {
 		cur := g.adm.watcher.Current()

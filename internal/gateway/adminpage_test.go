@@ -79,7 +79,8 @@ func csrfOf(t *testing.T, page string) string {
 }
 
 // The /admin page: sign-in with CSRF, refusal of a token without
-// config:read (nothing shown), saving through the PUT /v1/admission path
+// config:read that is no tenant's (nothing shown), a tenant's token sent
+// to its runs, saving through the PUT /v1/admission path
 // (audited with the token's name), CSRF checked on every form, session
 // expiry on the injected clock, sign-out, and the cookie's attributes.
 func TestAdminPageSessions(t *testing.T) {
@@ -100,26 +101,47 @@ func TestAdminPageSessions(t *testing.T) {
 	require.NotContains(t, page, "Max Workflow Runs")
 	login := csrfOf(t, page)
 
-	// A tenant's token, and an administrator without config:read: refused,
-	// nothing of the configuration shown, no session.
-	for _, secret := range []string{secretA, secretWRead} {
-		status, _, page = br.post("/admin/login", url.Values{"token": {secret}, "csrf": {login}})
-		require.Equal(t, 403, status, page)
-		require.Contains(t, page, "lacks the config:read privilege")
-		require.NotContains(t, page, "Max Workflow Runs")
-		require.NotContains(t, page, "Algorithm")
-		status, page = br.get("/admin")
-		require.Equal(t, 200, status)
-		require.Contains(t, page, `action="/admin/login"`)
-		login = csrfOf(t, page)
-	}
+	// An administrator without config:read: refused, nothing of the
+	// configuration shown, no session.
+	status, _, page = br.post("/admin/login", url.Values{"token": {secretWRead}, "csrf": {login}})
+	require.Equal(t, 403, status, page)
+	require.Contains(t, page, "lacks the config:read privilege")
+	require.NotContains(t, page, "Max Workflow Runs")
+	require.NotContains(t, page, "Algorithm")
+	status, page = br.get("/admin")
+	require.Equal(t, 200, status)
+	require.Contains(t, page, `action="/admin/login"`)
+	login = csrfOf(t, page)
+
+	// A tenant's token gets a tenant session in its own browser: GET
+	// /admin sends it to its runs, and nothing of the configuration
+	// shows.
+	tb := newBrowser(t, b.srv.URL)
+	_, page = tb.get("/admin")
+	status, loc, page := tb.post("/admin/login", url.Values{"token": {secretA}, "csrf": {csrfOf(t, page)}})
+	require.Equal(t, 303, status, page)
+	require.Equal(t, "/admin/runs", loc)
+	resp, err := tb.hc.Get(b.srv.URL + "/admin")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 303, resp.StatusCode)
+	require.Equal(t, "/admin/runs", resp.Header.Get("Location"))
+	status, page = tb.get("/admin/runs")
+	require.Equal(t, 200, status, page)
+	require.Contains(t, page, "tenant <strong id=\"session-tenant\">"+tenantOn[0]+"</strong>")
+	require.NotContains(t, page, "Max Workflow Runs")
+	require.NotContains(t, page, "Algorithm")
+	status, _, page = tb.post("/admin/admission", url.Values{"algorithm": {"dynamic"}, "tfm": {"3"}, "csrf": {csrfOf(t, page)}})
+	require.Equal(t, 403, status)
+	require.NotContains(t, page, "Max Workflow Runs")
+	require.Equal(t, tenantcap.NoLimit, b.gw.adm.watcher.Config().Algorithm)
 	status, _, page = br.post("/admin/login", url.Values{"token": {"nope"}, "csrf": {login}})
 	require.Equal(t, 401, status)
 	require.Contains(t, page, "Unknown token")
 	login = csrfOf(t, page)
 
 	// The administrator signs in.
-	resp, err := br.hc.PostForm(b.srv.URL+"/admin/login", url.Values{"token": {secretRoot}, "csrf": {login}})
+	resp, err = br.hc.PostForm(b.srv.URL+"/admin/login", url.Values{"token": {secretRoot}, "csrf": {login}})
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 303, resp.StatusCode)
@@ -153,7 +175,7 @@ func TestAdminPageSessions(t *testing.T) {
 	require.Contains(t, page, "tfm must be a positive finite number")
 	require.Contains(t, page, `value="-2"`)
 
-	status, loc, _ := br.post("/admin/admission", url.Values{"algorithm": {"dynamic"}, "tfm": {"3"}, "csrf": {csrf}})
+	status, loc, _ = br.post("/admin/admission", url.Values{"algorithm": {"dynamic"}, "tfm": {"3"}, "csrf": {csrf}})
 	require.Equal(t, 303, status)
 	require.Equal(t, "/admin?saved=1", loc)
 	status, page = br.get(loc)

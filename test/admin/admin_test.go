@@ -18,6 +18,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/gateway"
@@ -29,7 +31,12 @@ import (
 // (.ci/run installs it when it is missing).
 const chromiumPath = "/usr/bin/chromium"
 
-func TestMain(m *testing.M) { testsvc.Main(m) }
+func TestMain(m *testing.M) {
+	// Real spans (not exported), so runs carry a trace id for the run
+	// page's link.
+	otel.SetTracerProvider(sdktrace.NewTracerProvider())
+	testsvc.Main(m)
+}
 
 // needChromium skips the test without Chromium, except in CI (CI set),
 // where a missing browser is a failure.
@@ -159,17 +166,20 @@ func TestAdminPageInChromium(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "admin.png"), shot, 0o644))
 	}
 
-	// Sign out, then sign in with a tenant's token: refused, nothing shown.
+	// Sign out, then sign in with a tenant's token: a tenant session on
+	// its runs, with nothing of the configuration shown.
 	require.NoError(t, clickAndLoad(ctx, "signout"))
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), "acme-secret"),
 	))
 	require.NoError(t, clickAndLoad(ctx, "signin"))
-	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("refused"))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("run-filter"))))
 	html, err := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("html")))
 	require.NoError(t, err)
-	require.Contains(t, html, "lacks the config:read privilege")
+	require.Contains(t, html, `id="session-tenant">acme<`)
+	require.NotContains(t, html, `id="nav-admission"`)
+	require.NotContains(t, html, `id="nav-queues"`)
 	require.NotContains(t, html, "Max Workflow Runs")
 	require.NotContains(t, html, "Dynamic")
 }

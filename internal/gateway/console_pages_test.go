@@ -1,0 +1,301 @@
+package gateway
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/pkg/api"
+)
+
+// Secrets of the console tests' tokens.
+const (
+	consoleAcme     = "console-acme"     // acme: runs:start, runs:read
+	consoleAcmeRead = "console-acme-ro"  // acme: runs:read
+	consoleGlobex   = "console-globex"   // globex: runs:start, runs:read
+	consoleRoot     = "console-root"     // operator: config:*, weights:*
+	consoleOpsRead  = "console-ops-read" // operator: config:read, weights:read
+	consoleNobody   = "console-nobody"   // operator without config:read: weights:read
+)
+
+func consoleTokens(t *testing.T) *auth.TokenSet {
+	t.Helper()
+	set, err := auth.ParseTokens([]byte("[" + strings.Join([]string{
+		entry("acme-ci", consoleAcme, "acme", "runs:start", "runs:read"),
+		entry("acme-ro", consoleAcmeRead, "acme", "runs:read"),
+		entry("globex-ci", consoleGlobex, "globex", "runs:start", "runs:read"),
+		entry("root", consoleRoot, "", "config:read", "config:write", "weights:read", "weights:write"),
+		entry("ops-ro", consoleOpsRead, "", "config:read", "weights:read"),
+		entry("nobody", consoleNobody, "", "weights:read"),
+	}, ",") + "]"))
+	require.NoError(t, err)
+	return set
+}
+
+// signIn signs a fresh browser in with secret and returns it with the
+// redirect of the sign-in.
+func signIn(t *testing.T, b *bundle, secret string) (*browser, string) {
+	t.Helper()
+	br := newBrowser(t, b.srv.URL)
+	_, page := br.get("/admin")
+	status, loc, page := br.post("/admin/login", url.Values{"token": {secret}, "csrf": {csrfOf(t, page)}})
+	require.Equal(t, http.StatusSeeOther, status, page)
+	return br, loc
+}
+
+// getWithLocation is get that also returns the Location header.
+func (br *browser) getWithLocation(path string) (int, string, string) {
+	resp, err := br.hc.Get(br.base + path)
+	require.NoError(br.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(br.t, err)
+	return resp.StatusCode, resp.Header.Get("Location"), string(body)
+}
+
+// startRun starts a run through the HTTP API with a tenant's token.
+func startRun(t *testing.T, b *bundle, secret, queue string) api.Run {
+	t.Helper()
+	status, out := b.call(t, "POST", "/v1/runs", secret, map[string]any{"name": "echo", "queue": queue, "input": map[string]int{"n": 1}})
+	require.Equal(t, http.StatusCreated, status, string(out))
+	return decode[api.Run](t, out)
+}
+
+// A tenant's session sees its own runs and nothing else: every console
+// route naming another tenant, the operator's pages and the operator's
+// actions are refused, and no answer holds the other tenant's data.
+func TestConsoleTenantIsolation(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{Tokens: consoleTokens(t)})
+	mine := startRun(t, b, consoleAcme, "shared")
+	theirs := startRun(t, b, consoleGlobex, "shared")
+
+	br, loc := signIn(t, b, consoleAcme)
+	require.Equal(t, "/admin/runs", loc)
+	status, page := br.get("/admin/runs")
+	require.Equal(t, 200, status, page)
+	require.Contains(t, page, `data-run="acme/`+mine.ID+`"`)
+	require.Contains(t, page, `id="nav-runs"`)
+	require.NotContains(t, page, `id="nav-queues"`)
+	require.NotContains(t, page, `id="nav-admission"`)
+	require.NotContains(t, page, `name="tenant"`, "a tenant's filter has no tenant field")
+	require.Contains(t, page, `id="session-tenant">acme<`)
+	require.NotContains(t, page, theirs.ID)
+	require.NotContains(t, page, "globex")
+	csrf := csrfOf(t, page)
+
+	form := url.Values{"csrf": {csrf}}
+	admission := url.Values{"csrf": {csrf}, "algorithm": {"static"}, "tfm": {"1"}}
+	other := "/admin/runs/globex/" + url.PathEscape(theirs.ID)
+	cases := []struct {
+		method, path string
+		form         url.Values
+		status       int
+		location     string
+	}{
+		{"GET", "/admin", nil, 303, "/admin/runs"},
+		{"GET", "/admin/queues", nil, 403, ""},
+		{"GET", "/admin/queues/shared", nil, 403, ""},
+		{"GET", "/admin/runs?tenant=globex", nil, 403, ""},
+		{"GET", other, nil, 403, ""},
+		{"POST", "/admin/admission", admission, 403, ""},
+		{"POST", "/admin/queues/shared/pause", form, 403, ""},
+		{"POST", "/admin/queues/shared/resume", form, 403, ""},
+		{"POST", other + "/cancel", form, 403, ""},
+		{"POST", other + "/retry", form, 403, ""},
+	}
+	for _, c := range cases {
+		var status int
+		var loc, page string
+		if c.method == "GET" {
+			status, loc, page = br.getWithLocation(c.path)
+		} else {
+			status, loc, page = br.post(c.path, c.form)
+		}
+		require.Equal(t, c.status, status, "%s %s: %s", c.method, c.path, page)
+		require.Equal(t, c.location, loc, "%s %s", c.method, c.path)
+		require.NotContains(t, page, theirs.ID, "%s %s", c.method, c.path)
+		require.NotContains(t, page, "globex", "%s %s", c.method, c.path)
+		require.NotContains(t, page, "Max Workflow Runs", "%s %s", c.method, c.path)
+	}
+	// The refused actions changed nothing and were audited under the
+	// tenant's token.
+	status, out := b.call(t, "GET", "/v1/runs/"+theirs.ID, consoleGlobex, nil)
+	require.Equal(t, 200, status)
+	require.Equal(t, api.StatusQueued, decode[api.Run](t, out).Status)
+	for _, action := range []string{"run.cancel", "run.retry", "queue.pause", "queue.resume"} {
+		require.Positive(t, b.count(t, 0, `SELECT count(*) FROM audit WHERE actor = 'acme-ci' AND action = $1 AND outcome = 'refused'`, action), action)
+	}
+
+	// The tenant's own run: its page, a cancel without the CSRF field
+	// (refused), with it (done), then a retry.
+	own := "/admin/runs/acme/" + url.PathEscape(mine.ID)
+	status, page = br.get(own)
+	require.Equal(t, 200, status, page)
+	require.Contains(t, page, `id="run-status"`)
+	require.Contains(t, page, `data-status="queued"`)
+	require.Contains(t, page, `id="cancel"`)
+	require.NotContains(t, page, `id="retry"`)
+	require.Contains(t, page, `id="live-region"`)
+	require.Contains(t, page, `id="live" checked`)
+	status, _, _ = br.post(own+"/cancel", url.Values{})
+	require.Equal(t, 403, status)
+	status, _, _ = br.post(own+"/cancel", url.Values{"csrf": {"forged"}})
+	require.Equal(t, 403, status)
+	status, out = b.call(t, "GET", "/v1/runs/"+mine.ID, consoleAcme, nil)
+	require.Equal(t, 200, status)
+	require.Equal(t, api.StatusQueued, decode[api.Run](t, out).Status)
+	status, loc, page = br.post(own+"/cancel", form)
+	require.Equal(t, 303, status, page)
+	require.Equal(t, own+"?done=cancelled", loc)
+	status, page = br.get(loc)
+	require.Equal(t, 200, status)
+	require.Contains(t, page, `id="done"`)
+	require.Contains(t, page, `data-status="cancelled"`)
+	require.Contains(t, page, `id="retry"`)
+	require.NotContains(t, page, `id="cancel"`)
+	status, loc, page = br.post(own+"/retry", form)
+	require.Equal(t, 303, status, page)
+	require.Equal(t, own+"?done=retried", loc)
+	status, page = br.get(loc)
+	require.Equal(t, 200, status)
+	require.Contains(t, page, `id="done"`)
+
+	// A tenant reader (no runs:start) sees its runs but cannot act.
+	ro, loc := signIn(t, b, consoleAcmeRead)
+	require.Equal(t, "/admin/runs", loc)
+	status, page = ro.get(own)
+	require.Equal(t, 200, status)
+	status, _, page = ro.post(own+"/cancel", url.Values{"csrf": {csrfOf(t, page)}})
+	require.Equal(t, 403, status)
+	require.Contains(t, page, "lacks the runs:start privilege")
+
+	// A token that is neither an operator nor a tenant's is refused at
+	// sign-in.
+	nb := newBrowser(t, b.srv.URL)
+	_, page = nb.get("/admin")
+	status, _, page = nb.post("/admin/login", url.Values{"token": {consoleNobody}, "csrf": {csrfOf(t, page)}})
+	require.Equal(t, 403, status)
+	require.Contains(t, page, "lacks the config:read privilege")
+}
+
+// Operators: every tenant's runs, cancel and retry with config:write only,
+// the queues pages with names escaped, pause and resume with
+// weights:write only.
+func TestConsoleOperator(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{Tokens: consoleTokens(t)})
+	const odd = `<b>x</b> / q`
+	acme := startRun(t, b, consoleAcme, odd)
+	globex := startRun(t, b, consoleGlobex, "shared")
+
+	br, loc := signIn(t, b, consoleRoot)
+	require.Equal(t, "/admin", loc)
+	resp, err := br.hc.Get(b.srv.URL + "/admin/runs")
+	require.NoError(t, err)
+	resp.Body.Close()
+	csp := resp.Header.Get("Content-Security-Policy")
+	require.Contains(t, csp, "connect-src 'self'")
+	require.Contains(t, csp, "default-src 'none'")
+	require.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
+	require.Equal(t, "DENY", resp.Header.Get("X-Frame-Options"))
+
+	status, page := br.get("/admin/runs")
+	require.Equal(t, 200, status, page)
+	require.Contains(t, page, `data-run="acme/`+acme.ID+`"`)
+	require.Contains(t, page, `data-run="globex/`+globex.ID+`"`)
+	require.Contains(t, page, `id="nav-queues"`)
+	require.Contains(t, page, `id="nav-admission"`)
+	require.NotContains(t, page, "<b>x</b>")
+	require.Contains(t, page, "&lt;b&gt;x&lt;/b&gt;")
+	status, page = br.get("/admin/runs?tenant=globex&status=queued")
+	require.Equal(t, 200, status)
+	require.NotContains(t, page, acme.ID)
+	require.Contains(t, page, globex.ID)
+	status, page = br.get("/admin/runs?status=bogus")
+	require.Equal(t, 400, status)
+	require.Contains(t, page, `id="error"`)
+
+	// Queues, with the odd name escaped in the HTML and in the link.
+	status, page = br.get("/admin/queues")
+	require.Equal(t, 200, status, page)
+	require.Contains(t, page, `id="queues"`)
+	require.NotContains(t, page, "<b>x</b>")
+	require.Contains(t, page, `href="/admin/queues/`+url.PathEscape(odd)+`"`)
+	qpath := "/admin/queues/" + url.PathEscape(odd)
+	status, page = br.get(qpath)
+	require.Equal(t, 200, status, page)
+	require.NotContains(t, page, "<b>x</b>")
+	require.Contains(t, page, `id="depths"`)
+	require.Contains(t, page, `id="share-chart"`)
+	require.Contains(t, page, `id="pause"`)
+	require.NotContains(t, page, `id="paused"`)
+	csrf := csrfOf(t, page)
+
+	status, loc, page = br.post(qpath+"/pause", url.Values{})
+	require.Equal(t, 403, status, "no CSRF field")
+	status, loc, page = br.post(qpath+"/pause", url.Values{"csrf": {csrf}})
+	require.Equal(t, 303, status, page)
+	require.Equal(t, qpath+"?done=paused", loc)
+	status, page = br.get(loc)
+	require.Equal(t, 200, status)
+	require.Contains(t, page, `id="done"`)
+	require.Contains(t, page, `id="paused"`)
+	require.Contains(t, page, "root")
+	require.Contains(t, page, `id="resume"`)
+	require.NotContains(t, page, `id="pause"`)
+
+	// An operator without the write privileges: refused and audited.
+	ro, _ := signIn(t, b, consoleOpsRead)
+	status, page = ro.get(qpath)
+	require.Equal(t, 200, status)
+	roCSRF := csrfOf(t, page)
+	status, _, page = ro.post(qpath+"/resume", url.Values{"csrf": {roCSRF}})
+	require.Equal(t, 403, status)
+	require.Contains(t, page, "lacks the weights:write privilege")
+	run := "/admin/runs/acme/" + url.PathEscape(acme.ID)
+	for _, action := range []string{"cancel", "retry"} {
+		status, _, page = ro.post(run+"/"+action, url.Values{"csrf": {roCSRF}})
+		require.Equal(t, 403, status)
+		require.Contains(t, page, "lacks the config:write privilege")
+		require.Positive(t, b.count(t, 0, `SELECT count(*) FROM audit WHERE actor = 'ops-ro' AND action = $1 AND outcome = 'refused'`, "run."+action))
+	}
+	require.Positive(t, b.count(t, 0, `SELECT count(*) FROM audit WHERE actor = 'ops-ro' AND action = 'queue.resume' AND outcome = 'refused'`))
+	status, out := b.call(t, "GET", "/v1/runs/"+acme.ID, consoleAcme, nil)
+	require.Equal(t, 200, status)
+	require.Equal(t, api.StatusQueued, decode[api.Run](t, out).Status)
+
+	status, loc, _ = br.post(qpath+"/resume", url.Values{"csrf": {csrf}})
+	require.Equal(t, 303, status)
+	require.Equal(t, qpath+"?done=resumed", loc)
+	status, page = br.get(loc)
+	require.Equal(t, 200, status)
+	require.NotContains(t, page, `id="paused"`)
+
+	// The operator cancels another tenant's run; a retry of a run that is
+	// not final is refused with the page and its status.
+	status, loc, page = br.post(run+"/retry", url.Values{"csrf": {csrf}})
+	require.Equal(t, 409, status, page)
+	require.Contains(t, page, `id="error"`)
+	status, loc, page = br.post(run+"/cancel", url.Values{"csrf": {csrf}})
+	require.Equal(t, 303, status, page)
+	require.Equal(t, run+"?done=cancelled", loc)
+	status, page = br.get(loc)
+	require.Equal(t, 200, status)
+	require.Contains(t, page, `data-status="cancelled"`)
+	require.Contains(t, page, `id="run-attempts"`)
+	require.Contains(t, page, `id="tasks"`)
+
+	// Unknown run: 404 page; a tenant nobody knows is not placed in the
+	// directory by looking.
+	status, _ = br.get("/admin/runs/acme/no-such-run")
+	require.Equal(t, 404, status)
+	status, _ = br.get("/admin/runs/initech/some-run")
+	require.Equal(t, 404, status)
+	require.Zero(t, b.count(t, 0, `SELECT count(*) FROM tenant_homes WHERE tenant = 'initech'`))
+}
