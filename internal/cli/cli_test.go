@@ -43,7 +43,7 @@ func TestSubcommandHelpGoesToStdout(t *testing.T) {
 	for _, args := range [][]string{
 		{"dev", "-h"}, {"dev", "--help"}, {"start", "--help"}, {"runs", "--help"},
 		{"runs", "list", "--help"}, {"runs", "cancel", "-h"}, {"weights", "--help"},
-		{"quotas", "-h"}, {"admission", "help"}, {"demo", "--help"}, {"prune", "--help"},
+		{"quotas", "-h"}, {"queues", "--help"}, {"queues", "-h"}, {"runs", "retry", "-h"}, {"admission", "help"}, {"demo", "--help"}, {"prune", "--help"},
 	} {
 		code, out, errOut := mainOut(args...)
 		require.Equal(t, 0, code, args)

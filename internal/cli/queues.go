@@ -64,11 +64,11 @@ func runQueues(ctx context.Context, e env, args []string) error {
 	} else {
 		printPause(e, res)
 	}
-	msg := ""
-	if len(res.UnavailableShards) > 0 {
+	msg := "no shard took it, nothing changed: send the same command again when the shards are back"
+	if len(res.UnavailableShards) < len(res.Shards) {
 		msg = fmt.Sprintf("shards %s did not take it: send the same command again", ints(res.UnavailableShards))
 	}
-	return readStatus(res.Status(), len(res.UnavailableShards), msg)
+	return statusError(res.Status(), msg)
 }
 
 func printPause(e env, res api.QueuePauseResult) {

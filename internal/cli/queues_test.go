@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/internal/testsvc"
+	"github.com/harvest-run/harvest/pkg/api"
+)
+
+// Not parallel: the commands read HARVEST_SHARDS through t.Setenv.
+func TestQueuesPauseAndResume(t *testing.T) {
+	a, b := testsvc.NewDBURL(t), testsvc.NewDBURL(t)
+	both := map[string]string{"HARVEST_SHARDS": a + "," + b, "HARVEST_NATS_URL": "nats://127.0.0.1:1"}
+	partial := map[string]string{"HARVEST_SHARDS": a + "," + deadShard, "HARVEST_NATS_URL": "nats://127.0.0.1:1"}
+
+	code, out, errOut := run(t, both, "queues", "pause", "--queue", "orders")
+	require.Equal(t, 0, code, "stdout=%s stderr=%s", out, errOut)
+	require.Contains(t, out, `queue "orders" paused`)
+	require.Contains(t, out, "paused by cli:")
+
+	code, out, _ = run(t, both, "weights", "keys", "--queue", "orders")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "PAUSED by cli:")
+
+	code, out, _ = run(t, partial, "queues", "resume", "--queue", "orders", "--json")
+	require.Equal(t, 3, code, "shard 1 is down: send it again")
+	var res api.QueuePauseResult
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, []int{1}, res.UnavailableShards)
+	require.True(t, res.Shards[0].Changed)
+
+	code, out, _ = run(t, both, "queues", "resume", "--queue", "orders")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "unchanged", "shard 0 was resumed already")
+	code, out, _ = run(t, both, "weights", "keys", "--queue", "orders")
+	require.Equal(t, 0, code)
+	require.NotContains(t, out, "PAUSED")
+
+	code, _, errOut = run(t, both, "queues", "pause")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "--queue is required")
+	code, _, errOut = run(t, both, "queues", "stop", "--queue", "orders")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "want pause or resume")
+}
