@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"time"
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/runstore"
@@ -34,31 +33,12 @@ func (g *Gateway) retryRun(ctx context.Context, actor, tenant, id string) (api.R
 		})
 		return res.Run, err
 	}
-	wait := movedFirstWait
-	shard := -1
-	for attempt := 1; ; attempt++ {
-		var err error
-		_, shard, err = g.readMoving(ctx, tenant, retry)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, runstore.ErrNotRetryable) {
-			return api.Run{}, notRetryable(res.Run)
-		}
-		if !errors.Is(err, runstore.ErrRunMoving) && runstore.AsMoved(err) == nil {
-			return api.Run{}, g.apiError(err, shard, "retry run")
-		}
-		if attempt == movedAttempts {
-			return api.Run{}, movingError(tenant, "this run is being copied")
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return api.Run{}, g.apiError(ctx.Err(), shard, "retry run")
-		case <-t.C:
-		}
-		wait = min(2*wait, movedMaxWait)
+	shard, err := g.whileMoving(ctx, tenant, retry)
+	if errors.Is(err, runstore.ErrNotRetryable) {
+		return api.Run{}, notRetryable(res.Run)
+	}
+	if err != nil {
+		return api.Run{}, g.movingAPIError(err, tenant, shard, "retry run")
 	}
 	if g.nc != nil {
 		// A lost wake-up costs the workers' poll interval, never the task.

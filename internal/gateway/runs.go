@@ -114,26 +114,8 @@ func (g *Gateway) cancelRun(ctx context.Context, tenant, id, reason string) (api
 		res, err = deferred.Cancel(ctx, g.shards[shard], tenant, id, shard, reason)
 		return res.Run, err
 	}
-	wait := movedFirstWait
-	for attempt := 1; ; attempt++ {
-		_, shard, err := g.readMoving(ctx, tenant, cancel)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, runstore.ErrRunMoving) {
-			return api.Run{}, g.apiError(err, shard, "cancel run")
-		}
-		if attempt == movedAttempts {
-			return api.Run{}, movingError(tenant, "this run is being copied")
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return api.Run{}, g.apiError(ctx.Err(), shard, "cancel run")
-		case <-t.C:
-		}
-		wait = min(2*wait, movedMaxWait)
+	if shard, err := g.whileMoving(ctx, tenant, cancel); err != nil {
+		return api.Run{}, g.movingAPIError(err, tenant, shard, "cancel run")
 	}
 	if res.Cancelled {
 		ev := res.Run
@@ -144,6 +126,45 @@ func (g *Gateway) cancelRun(ctx context.Context, tenant, id, reason string) (api
 		g.publishRun(ctx, ev)
 	}
 	return res.Run, nil
+}
+
+// errStillMoving means whileMoving gave up: the run was still being
+// copied to its tenant's new home after movedAttempts tries.
+var errStillMoving = errors.New("gateway: the run is still being copied")
+
+// whileMoving runs write on what the tenant's id stands for (readMoving)
+// and, while a move keeps the run from being written (a run being copied,
+// runstore.ErrRunMoving, or a shard that fenced the tenant away), waits a
+// little and tries again, up to movedAttempts: the copy of a batch takes
+// about a second. It returns the shard that answered last and the error
+// of the last try (errStillMoving when it gave up).
+func (g *Gateway) whileMoving(ctx context.Context, tenant string, write func(ctx context.Context, shard int) (api.Run, error)) (int, error) {
+	wait := movedFirstWait
+	for attempt := 1; ; attempt++ {
+		_, shard, err := g.readMoving(ctx, tenant, write)
+		if err == nil || (!errors.Is(err, runstore.ErrRunMoving) && runstore.AsMoved(err) == nil) {
+			return shard, err
+		}
+		if attempt == movedAttempts {
+			return shard, errStillMoving
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return shard, ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, movedMaxWait)
+	}
+}
+
+// movingAPIError is the answer to an error of whileMoving.
+func (g *Gateway) movingAPIError(err error, tenant string, shard int, what string) *api.Error {
+	if errors.Is(err, errStillMoving) {
+		return movingError(tenant, "this run is being copied")
+	}
+	return g.apiError(err, shard, what)
 }
 
 // countRefused counts a start refused before it reached the start path

@@ -92,28 +92,7 @@ func TestAdminPageInChromium(t *testing.T) {
 	needChromium(t)
 	_, base := startGateway(t)
 
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Headless,
-		chromedp.NoSandbox, // the tests run as root
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1100),
-	)
-	defer cancelAlloc()
-	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	// The first call starts the browser; it must not carry a timeout (see
-	// chromedp.Run), so bound the whole test with a watchdog instead.
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate("about:blank")))
-	ctx, cancelStep := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelStep()
+	ctx := browser(t)
 
 	// Load, sign in as the administrator.
 	require.NoError(t, chromedp.Do(ctx,
