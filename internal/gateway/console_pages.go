@@ -190,14 +190,8 @@ func (g *Gateway) consoleGET(w http.ResponseWriter, r *http.Request) (*session, 
 		http.Redirect(w, r, "/admin", http.StatusSeeOther)
 		return nil, auth.Principal{}, roleNone, false
 	}
-	rl := consoleRole(p)
-	if rl == roleNone {
-		g.sessions.remove(sess.id)
-		g.setCookie(w, r, sessionCookie, "", -1)
-		g.refused(w, fmt.Sprintf("Token %q may not use the console: it needs config:read, or a tenant and runs:read.", p.Name))
-		return nil, auth.Principal{}, roleNone, false
-	}
-	return sess, p, rl, true
+	rl, ok := g.sessionRole(w, r, sess, p)
+	return sess, p, rl, ok
 }
 
 // consolePOST is consoleGET for a form: session and CSRF checked first.
@@ -206,14 +200,21 @@ func (g *Gateway) consolePOST(w http.ResponseWriter, r *http.Request) (*session,
 	if !ok {
 		return nil, auth.Principal{}, roleNone, false
 	}
+	rl, ok := g.sessionRole(w, r, sess, p)
+	return sess, p, rl, ok
+}
+
+// sessionRole is the console role of a session's token; a token that may
+// no longer use the console ends the session with the 403 page.
+func (g *Gateway) sessionRole(w http.ResponseWriter, r *http.Request, sess *session, p auth.Principal) (role, bool) {
 	rl := consoleRole(p)
 	if rl == roleNone {
 		g.sessions.remove(sess.id)
 		g.setCookie(w, r, sessionCookie, "", -1)
 		g.refused(w, fmt.Sprintf("Token %q may not use the console: it needs config:read, or a tenant and runs:read.", p.Name))
-		return nil, auth.Principal{}, roleNone, false
+		return roleNone, false
 	}
-	return sess, p, rl, true
+	return rl, true
 }
 
 // base is the page data every signed-in console page starts from.
