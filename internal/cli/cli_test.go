@@ -92,7 +92,7 @@ func TestRunsListBadStatus(t *testing.T) {
 	require.Contains(t, err.Error(), `--status: unknown status "sleeping"`)
 	code, _, errOut := mainOut("runs", "frobnicate")
 	require.Equal(t, 2, code)
-	require.Contains(t, errOut, "want get, list or cancel")
+	require.Contains(t, errOut, "want get, list, cancel or retry")
 }
 
 // The progress bar goes only to a terminal: a buffer or a regular file
