@@ -81,12 +81,14 @@ type RunFilter struct {
 	Limit int
 }
 
-// RunPage is one page of runs over every shard, newest first.
+// RunPage is one page of runs over every shard, newest first by creation
+// time within the page (ListRuns tells the order across pages).
 type RunPage struct {
 	Runs []api.Run
 	// NextCursor fetches the next page; empty on the last one.
 	NextCursor string
-	// UnavailableShards did not answer; their runs are missing here.
+	// UnavailableShards did not answer; their runs are missing here, and
+	// the next page reads them from where this one would have.
 	UnavailableShards []int
 }
 

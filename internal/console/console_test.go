@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"slices"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -196,55 +196,81 @@ func TestListRunsFilters(t *testing.T) {
 	}
 }
 
-// Paging with a small limit gives every run once, in order, even while
-// new runs start between the pages: they are newer than the listing's
-// first page and belong to no later page.
+// Paging with any limit gives every run once, each shard's runs newest pk
+// first from page to page and each page newest created_at first, even while new runs start
+// between the pages: their pks are above every shard's bound, so they
+// belong to no later page of the listing. Creation times disagree with pk
+// order on purpose (a start's created_at is its transaction's start, a
+// moved run keeps its time), so the merge must not skip a shard's newer
+// pk for an older one that was created later.
 func TestListRunsPagesExactlyWhileRunsArrive(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		limit  int
 		tenant string
-	}{{3, ""}, {1, ""}, {40, ""}, {7, ""}, {4, "acme"}} {
+	}{{1, ""}, {3, ""}, {7, ""}, {40, ""}, {1, "acme"}, {3, "acme"}, {7, "acme"}, {40, "acme"}} {
 		t.Run(fmt.Sprintf("limit %d tenant %q", c.limit, c.tenant), func(t *testing.T) {
 			t.Parallel()
 			ctx, dbs := setup(t, 3)
 			type placed struct {
-				id     string
-				tenant string
-				at     time.Duration
-				shard  int
-				pk     int64
+				shard int
+				pk    int64
+				at    time.Duration
 			}
-			var all []placed
-			for i := 40; i >= 1; i-- {
+			rnd := rand.New(rand.NewPCG(uint64(c.limit), 7))
+			want := map[string]placed{}
+			for i := range 40 {
 				// Times repeat across shards and within a shard, so that
 				// ties are broken by shard and pk at page edges.
-				p := placed{id: fmt.Sprintf("r%02d", i), tenant: []string{"acme", "globex"}[i%2],
-					at: time.Duration(i/4) * time.Second, shard: i % 3}
-				p.pk = addRun(t, dbs[p.shard], run{id: p.id, tenant: p.tenant, at: at(p.at)})
-				all = append(all, p)
-			}
-			slices.SortFunc(all, func(a, b placed) int {
-				return cmp.Or(cmp.Compare(b.at, a.at), cmp.Compare(b.shard, a.shard), cmp.Compare(b.pk, a.pk))
-			})
-			var want []string
-			for _, p := range all {
-				if c.tenant == "" || p.tenant == c.tenant {
-					want = append(want, p.id)
+				id, tenant := fmt.Sprintf("r%02d", i), []string{"acme", "globex"}[i%2]
+				p := placed{shard: i % 3, at: time.Duration(rnd.IntN(10)) * time.Second}
+				p.pk = addRun(t, dbs[p.shard], run{id: id, tenant: tenant, at: at(p.at)})
+				if c.tenant == "" || tenant == c.tenant {
+					want[id] = p
 				}
 			}
 
-			var got []string
+			got := map[string]placed{}
+			// shownBelow is each shard's smallest pk of the pages before:
+			// a later page lists only runs below it.
+			shownBelow := map[int]int64{}
 			cursor := ""
 			for pages := 0; ; pages++ {
 				require.Less(t, pages, 100)
 				p, err := console.ListRuns(ctx, dbs, console.RunFilter{Tenant: c.tenant, Limit: c.limit, Cursor: cursor})
 				require.NoError(t, err)
+				require.Empty(t, p.UnavailableShards)
 				require.LessOrEqual(t, len(p.Runs), c.limit)
-				got = append(got, ids(p.Runs)...)
+				if p.NextCursor != "" {
+					require.Len(t, p.Runs, c.limit, "only the last page is short")
+				}
+				var prev *placed
+				for _, r := range p.Runs {
+					w, ok := want[r.ID]
+					require.True(t, ok, "%s is not a run of the listing", r.ID)
+					require.Equal(t, w.shard, r.Shard)
+					require.Equal(t, base.Add(w.at), r.CreatedAt.UTC())
+					require.NotContains(t, got, r.ID, "listed twice")
+					got[r.ID] = w
+					if last, ok := shownBelow[w.shard]; ok {
+						require.Less(t, w.pk, last, "shard %d out of pk order across pages", w.shard)
+					}
+					if prev != nil {
+						require.True(t, prev.at > w.at || prev.at == w.at &&
+							(prev.shard > w.shard || prev.shard == w.shard && prev.pk > w.pk),
+							"page out of order at %s", r.ID)
+					}
+					prev = &w
+				}
+				for _, r := range p.Runs {
+					w := want[r.ID]
+					if last, ok := shownBelow[w.shard]; !ok || w.pk < last {
+						shownBelow[w.shard] = w.pk
+					}
+				}
 				// A run started now on every shard, between two pages.
 				for _, db := range dbs {
-					addRun(t, db, run{tenant: c.tenant})
+					addRun(t, db, run{tenant: cmp.Or(c.tenant, "acme")})
 				}
 				if p.NextCursor == "" {
 					break
@@ -254,6 +280,35 @@ func TestListRunsPagesExactlyWhileRunsArrive(t *testing.T) {
 			require.Equal(t, want, got)
 		})
 	}
+}
+
+// Each shard is read in pk order, so a run created early but written
+// late (a higher pk) comes before the shard's older pks, while a page
+// still reads newest first by creation time.
+func TestListRunsShardPKOrder(t *testing.T) {
+	t.Parallel()
+	ctx, dbs := setup(t, 2)
+	addRun(t, dbs[0], run{id: "s0-old-pk", at: at(5 * time.Second)})
+	addRun(t, dbs[0], run{id: "s0-new-pk", at: at(1 * time.Second)})
+	addRun(t, dbs[1], run{id: "s1", at: at(3 * time.Second)})
+
+	whole, err := console.ListRuns(ctx, dbs, console.RunFilter{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"s0-old-pk", "s1", "s0-new-pk"}, ids(whole.Runs))
+	require.Empty(t, whole.NextCursor)
+
+	var got []string
+	cursor := ""
+	for {
+		p, err := console.ListRuns(ctx, dbs, console.RunFilter{Limit: 1, Cursor: cursor})
+		require.NoError(t, err)
+		got = append(got, ids(p.Runs)...)
+		if p.NextCursor == "" {
+			break
+		}
+		cursor = p.NextCursor
+	}
+	require.Equal(t, []string{"s1", "s0-new-pk", "s0-old-pk"}, got)
 }
 
 func TestListRunsDefaultLimitAndBadArguments(t *testing.T) {
@@ -283,12 +338,14 @@ func TestListRunsDefaultLimitAndBadArguments(t *testing.T) {
 	_, err = console.ListRuns(ctx, dbs, console.RunFilter{Statuses: []api.Status{api.StatusQueued, "bogus"}})
 	require.ErrorContains(t, err, "status")
 
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 	for _, cursor := range []string{
-		"!!!",
-		base64.RawURLEncoding.EncodeToString([]byte("r1:17")),
-		base64.RawURLEncoding.EncodeToString([]byte("c1:2:1:x:3")),
-		base64.RawURLEncoding.EncodeToString([]byte("c1:2:1:2:3")), // shard 2 of 2
-		base64.RawURLEncoding.EncodeToString([]byte("c1:2:1:0:0")),
+		"!!!",             // not base64url
+		enc("c1:2:1:0:3"), // the old version
+		enc("c2:2:17"),    // one place for two shards
+		enc("c2:2:17,y"),  // neither pk, "-" nor "x"
+		enc("c2:2:0,-"),   // no run is below pk 0
+		enc("c2:two:-,-"), // no shard count
 	} {
 		_, err := console.ListRuns(ctx, dbs, console.RunFilter{Cursor: cursor})
 		require.ErrorIs(t, err, console.ErrBadCursor, cursor)
@@ -296,26 +353,84 @@ func TestListRunsDefaultLimitAndBadArguments(t *testing.T) {
 	// A cursor of a listing over two shards means nothing over one.
 	_, err = console.ListRuns(ctx, dbs[:1], console.RunFilter{Cursor: page.NextCursor})
 	require.ErrorIs(t, err, console.ErrBadCursor)
+	_, err = console.ListRuns(ctx, dbs[:1], console.RunFilter{Cursor: enc("c2:2:-,-")})
+	require.ErrorIs(t, err, console.ErrBadCursor)
+	// Every shard exhausted: an empty last page.
+	done, err := console.ListRuns(ctx, dbs, console.RunFilter{Cursor: enc("c2:2:x,x")})
+	require.NoError(t, err)
+	require.Empty(t, done.Runs)
+	require.Empty(t, done.NextCursor)
+}
+
+// downPool is a pool of a server that does not exist.
+func downPool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	down, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
+	require.NoError(t, err)
+	t.Cleanup(down.Close)
+	return down
 }
 
 // A shard that does not answer is named; the others still list.
 func TestListRunsUnavailableShard(t *testing.T) {
 	t.Parallel()
 	ctx, dbs := setup(t, 1)
-	down, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
-	require.NoError(t, err)
-	t.Cleanup(down.Close)
+	down := downPool(t)
 	addRun(t, dbs[0], run{id: "a", at: at(time.Second)})
 	page, err := console.ListRuns(ctx, []*pgxpool.Pool{dbs[0], down}, console.RunFilter{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"a"}, ids(page.Runs))
 	require.Equal(t, []int{1}, page.UnavailableShards)
+	require.NotEmpty(t, page.NextCursor, "the missing shard is still to be read")
 
 	q, err := console.QueueDepths(ctx, []*pgxpool.Pool{down, dbs[0]}, "q")
 	require.NoError(t, err)
 	require.Equal(t, []int{0}, q.UnavailableShards)
 	require.Len(t, q.Queues, 1)
 	require.Equal(t, 1, q.Queues[0].Shard)
+}
+
+// A shard missing from a page keeps its place in the cursor: once it
+// answers again, its runs continue from where they stopped, none lost and
+// none twice, whether it was missing on the first page or a later one.
+func TestListRunsUnavailableShardKeepsItsPlace(t *testing.T) {
+	t.Parallel()
+	ctx, dbs := setup(t, 2)
+	down := downPool(t)
+	for i := range 6 {
+		addRun(t, dbs[0], run{id: fmt.Sprintf("a%d", i), at: at(time.Duration(i) * time.Second)})
+		addRun(t, dbs[1], run{id: fmt.Sprintf("b%d", i), at: at(time.Duration(i)*time.Second + time.Millisecond)})
+	}
+	up := dbs
+	broken := []*pgxpool.Pool{dbs[0], down}
+
+	list := func(pools []*pgxpool.Pool, cursor string) console.RunPage {
+		t.Helper()
+		p, err := console.ListRuns(ctx, pools, console.RunFilter{Limit: 2, Cursor: cursor})
+		require.NoError(t, err)
+		return p
+	}
+	p := list(up, "")
+	require.Equal(t, []string{"b5", "a5"}, ids(p.Runs))
+	p = list(broken, p.NextCursor)
+	require.Equal(t, []string{"a4", "a3"}, ids(p.Runs))
+	require.Equal(t, []int{1}, p.UnavailableShards)
+	p = list(up, p.NextCursor)
+	require.Equal(t, []string{"b4", "b3"}, ids(p.Runs))
+	require.Empty(t, p.UnavailableShards)
+
+	// Shard 1 down from the first page on; new runs started meanwhile on
+	// the shard that answered stay out of the listing.
+	var got []string
+	p = list(broken, "")
+	require.Equal(t, []string{"a5", "a4"}, ids(p.Runs))
+	got = append(got, ids(p.Runs)...)
+	addRun(t, dbs[0], run{id: "late"})
+	for p.NextCursor != "" {
+		p = list(up, p.NextCursor)
+		got = append(got, ids(p.Runs)...)
+	}
+	require.ElementsMatch(t, []string{"a0", "a1", "a2", "a3", "a4", "a5", "b0", "b1", "b2", "b3", "b4", "b5"}, got)
 }
 
 const (

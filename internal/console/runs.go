@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,71 +25,87 @@ const maxTasks = 200
 
 // cursorPrefix versions the cursor text, so that its format can change
 // and an old cursor is refused instead of misread.
-const cursorPrefix = "c1:"
+const cursorPrefix = "c2:"
 
-// position is a place in the order of ListRuns over every shard:
-// created_at descending, then shard descending, then pk descending. Each
-// run has one, and no two runs share one, so "after the last run of the
-// page" is exact however runs arrive or finish meanwhile.
-type position struct {
-	createdUS int64 // created_at in Unix microseconds, Postgres's precision
-	shard     int
-	pk        int64
+// Spellings of a shard's place in the cursor that are not a pk.
+const (
+	noBoundText   = "-"
+	exhaustedText = "x"
+)
+
+// place is where a listing stands on one shard. Each shard is read in pk
+// order, newest handle first, so one number says what it has shown: every
+// run below bound is still to come, none at or above it is.
+type place struct {
+	// bound is the pk the next read starts below; zero: none yet, the
+	// next read starts at the shard's newest run.
+	bound int64
+	// exhausted says every run of the listing on this shard was shown, so
+	// it is not read again.
+	exhausted bool
 }
 
-// encodeCursor makes the cursor that continues after p, for a listing of
-// n shards.
-func encodeCursor(n int, p position) string {
-	text := fmt.Sprintf("%s%d:%d:%d:%d", cursorPrefix, n, p.createdUS, p.shard, p.pk)
+// encodeCursor makes the cursor that continues from places, one per
+// shard: "c2:<n>:<p0>,<p1>,..." with a pk, "-" for no bound yet or "x" for
+// exhausted, in base64url so that it travels in a URL untouched.
+func encodeCursor(places []place) string {
+	parts := make([]string, len(places))
+	for i, p := range places {
+		switch {
+		case p.exhausted:
+			parts[i] = exhaustedText
+		case p.bound == 0:
+			parts[i] = noBoundText
+		default:
+			parts[i] = strconv.FormatInt(p.bound, 10)
+		}
+	}
+	text := fmt.Sprintf("%s%d:%s", cursorPrefix, len(places), strings.Join(parts, ","))
 	return base64.RawURLEncoding.EncodeToString([]byte(text))
 }
 
 // decodeCursor reverses encodeCursor. A cursor of a listing over another
-// number of shards is refused: its shard numbers would mean other shards.
-func decodeCursor(c string, n int) (position, error) {
+// number of shards is refused: its places would be other shards' places.
+func decodeCursor(c string, n int) ([]place, error) {
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil {
-		return position{}, fmt.Errorf("%w: not base64url", ErrBadCursor)
+		return nil, fmt.Errorf("%w: not base64url", ErrBadCursor)
 	}
 	rest, ok := strings.CutPrefix(string(b), cursorPrefix)
 	if !ok {
-		return position{}, fmt.Errorf("%w: unknown version", ErrBadCursor)
+		return nil, fmt.Errorf("%w: unknown version", ErrBadCursor)
 	}
-	parts := strings.Split(rest, ":")
-	if len(parts) != 4 {
-		return position{}, ErrBadCursor
+	count, list, ok := strings.Cut(rest, ":")
+	if !ok {
+		return nil, fmt.Errorf("%w: no shard count", ErrBadCursor)
 	}
-	var nums [4]int64
+	made, err := strconv.Atoi(count)
+	if err != nil || made < 1 {
+		return nil, fmt.Errorf("%w: bad shard count", ErrBadCursor)
+	}
+	if made != n {
+		return nil, fmt.Errorf("%w: made for %d shards, listing %d", ErrBadCursor, made, n)
+	}
+	parts := strings.Split(list, ",")
+	if len(parts) != n {
+		return nil, fmt.Errorf("%w: %d places for %d shards", ErrBadCursor, len(parts), n)
+	}
+	places := make([]place, n)
 	for i, s := range parts {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return position{}, ErrBadCursor
+		switch s {
+		case exhaustedText:
+			places[i].exhausted = true
+		case noBoundText:
+		default:
+			// pks start at 1, so a bound is at least 2 (below it: pk 1).
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || v < 2 {
+				return nil, fmt.Errorf("%w: bad place %q of shard %d", ErrBadCursor, s, i)
+			}
+			places[i].bound = v
 		}
-		nums[i] = v
 	}
-	if nums[0] != int64(n) {
-		return position{}, fmt.Errorf("%w: made for %d shards, listing %d", ErrBadCursor, nums[0], n)
-	}
-	if nums[2] < 0 || nums[2] >= int64(n) || nums[3] <= 0 {
-		return position{}, ErrBadCursor
-	}
-	return position{createdUS: nums[1], shard: int(nums[2]), pk: nums[3]}, nil
-}
-
-// after returns the bound that shard gives RunListAll for the rows after
-// p: rows with (created_at, pk) below the pair. Shards after p's shard in
-// the order (lower indexes) still owe the runs created at p's very time;
-// shards before it (higher indexes) gave all of those already.
-func (p position) after(shard int) (time.Time, int64) {
-	at := time.UnixMicro(p.createdUS)
-	switch {
-	case shard < p.shard:
-		return at, math.MaxInt64
-	case shard > p.shard:
-		return at, 0 // pks start at 1: no run at p's time is left here
-	default:
-		return at, p.pk
-	}
+	return places, nil
 }
 
 // runRow is the run columns RunListAll and RunInspect share, by name.
@@ -139,24 +154,38 @@ var validStatuses = []api.Status{
 	api.StatusCompleted, api.StatusFailed, api.StatusCancelled,
 }
 
-// listed is one run of a shard's answer with its place in the order.
+// listed is one run of a shard's answer with what the merge orders it by.
 type listed struct {
-	pos position
-	run api.Run
+	createdUS int64 // created_at in Unix microseconds, Postgres's precision
+	shard     int
+	pk        int64
+	run       api.Run
 }
 
-// ListRuns returns one page of runs of every shard, newest first (by
-// creation time; runs created at the same microsecond by higher shard
-// index, then newer handle, first), with the filter applied on each
-// shard. Runs a tenant move is copying away (move_out) are left out on the
-// old home, so a run shows once.
-//
-// The cursor holds the place of the page's last run in that order, and
-// the next page lists the runs after it: runs started since the first page
-// are newer than every run listed, so they never appear in a later page
-// and never shift one. A shard that does not answer is named in
-// UnavailableShards and its runs are missing from that page (a later page
-// does not go back for them).
+// newer orders runs of a page: created_at descending, then shard
+// descending, then pk descending, so that a page reads newest first and
+// the same rows always come out in the same order.
+func newer(a, b listed) int {
+	return cmp.Or(
+		cmp.Compare(b.createdUS, a.createdUS),
+		cmp.Compare(b.shard, a.shard),
+		cmp.Compare(b.pk, a.pk))
+}
+
+// ListRuns returns one page of runs of every shard, with the filter
+// applied on each shard. Each shard's runs come in the order they were
+// written (pk, newest first), and a page merges the shards by creation
+// time (newest first; runs created at the same microsecond by higher shard
+// index, then higher pk). Paging to the end shows every run exactly once:
+// the cursor holds, per shard, the pk its next read starts below, so runs
+// started on a shard after its first answer to the listing (with higher
+// pks) never appear in a later page and never shift one. Across pages the order is thus newest first
+// by each shard's pk, not strictly by creation time, which lets every
+// shard's read walk a pk index and stop at the limit. Runs a tenant move
+// is copying away (move_out) are left out on the old home, so a run shows
+// once. A shard that does not answer is named in UnavailableShards and
+// keeps its place: the next page reads it again from there, so none of
+// its runs is lost.
 func ListRuns(ctx context.Context, shards []*pgxpool.Pool, f RunFilter) (RunPage, error) {
 	limit := f.Limit
 	if limit == 0 {
@@ -176,23 +205,27 @@ func ListRuns(ctx context.Context, shards []*pgxpool.Pool, f RunFilter) (RunPage
 		}
 		statuses = ss
 	}
-	var from *position
+	places := make([]place, len(shards))
 	if f.Cursor != "" {
 		p, err := decodeCursor(f.Cursor, len(shards))
 		if err != nil {
 			return RunPage{}, err
 		}
-		from = &p
+		places = p
 	}
 	tenant, queue, name := orNull(f.Tenant), orNull(f.Queue), orNull(f.Name)
 
 	ok, down, err := fanOut(ctx, shards, func(ctx context.Context, shard int, db *pgxpool.Pool) ([]listed, error) {
-		var at, pk any
-		if from != nil {
-			at, pk = from.after(shard)
+		p := places[shard]
+		if p.exhausted {
+			return nil, nil
+		}
+		var bound any
+		if p.bound != 0 {
+			bound = p.bound
 		}
 		// One more row than the page tells whether rows are left after it.
-		rows, err := db.Query(ctx, sqlRunListAll, tenant, queue, name, statuses, at, pk, limit+1)
+		rows, err := db.Query(ctx, sqlRunListAll, tenant, queue, name, statuses, bound, limit+1)
 		if err != nil {
 			return nil, err
 		}
@@ -200,12 +233,12 @@ func ListRuns(ctx context.Context, shards []*pgxpool.Pool, f RunFilter) (RunPage
 		if err != nil {
 			return nil, err
 		}
+		// Only one branch of the query's union gives rows, each in pk
+		// order, but a union promises no order: the merge needs it.
+		slices.SortFunc(got, func(a, b runRow) int { return cmp.Compare(b.PK, a.PK) })
 		out := make([]listed, len(got))
 		for i, r := range got {
-			out[i] = listed{
-				pos: position{createdUS: r.CreatedAt.UnixMicro(), shard: shard, pk: r.PK},
-				run: r.run(shard),
-			}
+			out[i] = listed{createdUS: r.CreatedAt.UnixMicro(), shard: shard, pk: r.PK, run: r.run(shard)}
 		}
 		return out, nil
 	})
@@ -213,22 +246,56 @@ func ListRuns(ctx context.Context, shards []*pgxpool.Pool, f RunFilter) (RunPage
 		return RunPage{}, fmt.Errorf("console: list runs: %w", err)
 	}
 
-	// Each shard gave its first limit+1 rows after the cursor, so the first
-	// limit rows of the merge are the first limit rows overall.
-	var all []listed
-	for _, a := range ok {
-		all = append(all, a.Value...)
+	// Merge by taking, limit times, the newest of the shards' next rows.
+	// Taking from each shard only its next row in pk order keeps what a
+	// shard has shown a prefix of its pk order, which one bound can name;
+	// the newest-row-first sort alone could take a shard's older pk
+	// before a newer one (pk order is not creation order: created_at is
+	// the start's transaction time, and a moved run keeps its time but
+	// gets a new pk), and the bound after it would skip the newer one.
+	heads := make([][]listed, len(ok))
+	for i, a := range ok {
+		heads[i] = a.Value
 	}
-	slices.SortFunc(all, func(a, b listed) int {
-		return cmp.Or(
-			cmp.Compare(b.pos.createdUS, a.pos.createdUS),
-			cmp.Compare(b.pos.shard, a.pos.shard),
-			cmp.Compare(b.pos.pk, a.pos.pk))
-	})
+	taken := make([]int, len(ok))
+	var all []listed
+	for len(all) < limit {
+		best := -1
+		for i, h := range heads {
+			if len(h) > 0 && (best < 0 || newer(h[0], heads[best][0]) < 0) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		all = append(all, heads[best][0])
+		heads[best] = heads[best][1:]
+		taken[best]++
+	}
+	slices.SortFunc(all, newer)
+
+	next := slices.Clone(places)
+	for i, a := range ok {
+		got := a.Value
+		switch {
+		case places[a.Shard].exhausted:
+		case taken[i] == len(got) && len(got) <= limit:
+			// The shard had no row after the ones shown.
+			next[a.Shard] = place{exhausted: true}
+		case taken[i] > 0:
+			next[a.Shard] = place{bound: got[taken[i]-1].pk}
+		case places[a.Shard].bound == 0:
+			// Nothing of the shard made the first page it answered: start
+			// its next read just above its newest row now, so that runs
+			// started later stay out of this listing as they do on the
+			// other shards.
+			next[a.Shard] = place{bound: got[0].pk + 1}
+		}
+	}
 	page := RunPage{Runs: []api.Run{}, UnavailableShards: down}
-	if len(all) > limit {
-		all = all[:limit]
-		page.NextCursor = encodeCursor(len(shards), all[limit-1].pos)
+	if slices.ContainsFunc(next, func(p place) bool { return !p.exhausted }) {
+		page.NextCursor = encodeCursor(next)
 	}
 	for _, l := range all {
 		page.Runs = append(page.Runs, l.run)

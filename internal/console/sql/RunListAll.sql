@@ -1,21 +1,46 @@
--- One shard's part of a console page of runs, newest first: the runs
--- after the cursor position ($5 created_at, $6 pk: rows before it in the
--- order created_at DESC, pk DESC; NULL $5 starts at the newest), with the
--- filters $1 tenant, $2 queue, $3 workflow name and $4 statuses (NULL: no
--- filter), at most $7 rows. Runs a tenant move is copying away (move_out)
--- are left out, their copy on the new home is listed instead.
--- With $1 set the runs_tenant_pk index finds the tenant's runs; there is
--- no index by creation time, so the order is a top-N sort of the rows the
--- filters keep (pk order is not creation order: a start's created_at is its
--- transaction's start, and a moved run keeps its time but gets a new pk).
-SELECT r.pk, r.id, r.tenant, r.name, r.queue, r.fairness_key, r.quota_key, r.priority,
-       r.status, r.attempts, r.created_at, r.claimed_at, r.finished_at, r.output, r.error
-FROM runs r
-WHERE ($1::text IS NULL OR r.tenant = $1::text)
-  AND ($2::text IS NULL OR r.queue = $2::text)
-  AND ($3::text IS NULL OR r.name = $3::text)
-  AND ($4::text[] IS NULL OR r.status = ANY ($4::text[]))
-  AND ($5::timestamptz IS NULL OR (r.created_at, r.pk) < ($5::timestamptz, $6::bigint))
-  AND NOT EXISTS (SELECT 1 FROM move_out m WHERE m.run_pk = r.pk)
-ORDER BY r.created_at DESC, r.pk DESC
-LIMIT $7
+-- One shard's part of a console page of runs, newest handle first: the
+-- runs below the shard's bound ($5 pk; NULL starts at the newest), with
+-- the filters $1 tenant, $2 queue, $3 workflow name and $4 statuses (NULL:
+-- no filter), at most $6 rows. Runs a tenant move is copying away
+-- (move_out) are left out, their copy on the new home is listed instead.
+--
+-- The order is pk, not created_at, because only pk has an index to walk
+-- (there is no index on created_at, and one would cost every start a
+-- write): the scan starts at the bound and stops at the limit instead of
+-- sorting every run the filters keep. The caller merges the shards by
+-- creation time.
+--
+-- The two branches are there for the plan a prepared statement may keep
+-- for every call (a generic plan, made before the parameters are known):
+-- "tenant = $1 OR $1 IS NULL" can use no index on tenant, so each case has
+-- its own branch, gated on $1 alone, which the plan checks once: the
+-- branch whose gate is false is never run. Without $1 the primary key is
+-- read backwards from the bound; with it the runs_tenant_pk index
+-- (tenant, pk DESC) serves the same order within the tenant. The bound is
+-- a coalesce, not "$5 IS NULL OR", so that it stays an index condition in
+-- either plan. There is no ORDER BY over the union, which would only sort
+-- the one branch's rows again: the caller orders them by pk.
+(SELECT r.pk, r.id, r.tenant, r.name, r.queue, r.fairness_key, r.quota_key, r.priority,
+        r.status, r.attempts, r.created_at, r.claimed_at, r.finished_at, r.output, r.error
+ FROM runs r
+ WHERE $1::text IS NULL
+   AND r.pk < coalesce($5::bigint, 9223372036854775807)
+   AND ($2::text IS NULL OR r.queue = $2::text)
+   AND ($3::text IS NULL OR r.name = $3::text)
+   AND ($4::text[] IS NULL OR r.status = ANY ($4::text[]))
+   AND NOT EXISTS (SELECT 1 FROM move_out m WHERE m.run_pk = r.pk)
+ ORDER BY r.pk DESC
+ LIMIT $6)
+UNION ALL
+(SELECT r.pk, r.id, r.tenant, r.name, r.queue, r.fairness_key, r.quota_key, r.priority,
+        r.status, r.attempts, r.created_at, r.claimed_at, r.finished_at, r.output, r.error
+ FROM runs r
+ WHERE $1::text IS NOT NULL
+   AND r.tenant = $1::text
+   AND r.pk < coalesce($5::bigint, 9223372036854775807)
+   AND ($2::text IS NULL OR r.queue = $2::text)
+   AND ($3::text IS NULL OR r.name = $3::text)
+   AND ($4::text[] IS NULL OR r.status = ANY ($4::text[]))
+   AND NOT EXISTS (SELECT 1 FROM move_out m WHERE m.run_pk = r.pk)
+ ORDER BY r.pk DESC
+ LIMIT $6)
