@@ -14,9 +14,9 @@ import (
 // the run's id.
 func (b bundle) failRun(t *testing.T, tenant string) string {
 	t.Helper()
-	res, err := b.start(t, startOpts{Tenant: tenant, Queue: "retry-q", Input: `{"step":"one"}`})
+	res, err := b.start(t, startOpts{Tenant: tenant, Queue: "retry-q-" + tenant, Input: `{"step":"one"}`})
 	require.NoError(t, err)
-	got, err := claim.Claim(b.ctx, b.db, claim.Request{Queue: "retry-q"})
+	got, err := claim.Claim(b.ctx, b.db, claim.Request{Queue: "retry-q-" + tenant})
 	require.NoError(t, err)
 	require.True(t, got.OK)
 	require.Equal(t, res.TaskID, got.Task.ID)
@@ -55,7 +55,7 @@ func TestRetryPutsAFailedRunBack(t *testing.T) {
 	require.Equal(t, 1, asked[0].ShardRunning)
 	require.Equal(t, id, asked[0].Req.ID)
 
-	got, err := claim.Claim(b.ctx, b.db, claim.Request{Queue: "retry-q"})
+	got, err := claim.Claim(b.ctx, b.db, claim.Request{Queue: "retry-q-acme"})
 	require.NoError(t, err)
 	require.True(t, got.OK)
 	require.Equal(t, res.TaskID, got.Task.ID)
@@ -137,4 +137,60 @@ func TestRetryDuringAMove(t *testing.T) {
 	run, _, err := get(b.ctx, b.db, "acme", id, 1)
 	require.NoError(t, err)
 	require.Equal(t, api.StatusFailed, run.Status)
+}
+
+// Retries racing for one run make it run once more, not once per retry;
+// retries racing at the tenant's limit admit exactly up to it, as starts
+// do (the tenant's count row serialises them).
+func TestRetriesRace(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id := b.failRun(t, "acme")
+	const racers = 8
+	errs := make(chan error, racers)
+	for range racers {
+		go func() {
+			_, err := b.retry(t, "acme", id, nil)
+			errs <- err
+		}()
+	}
+	ok := 0
+	for range racers {
+		err := <-errs
+		if err == nil {
+			ok++
+			continue
+		}
+		require.ErrorIs(t, err, ErrNotRetryable)
+	}
+	require.Equal(t, 1, ok)
+	require.Equal(t, 1, b.running(t, "acme"))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM tasks t JOIN runs r ON r.pk = t.run_pk WHERE r.id = $1 AND t.state = 'pending'`, id))
+
+	// Ten failed runs of globex, a limit of three unfinished runs.
+	var ids []string
+	for range 10 {
+		ids = append(ids, b.failRun(t, "globex"))
+	}
+	limit := &recorder{limit: 3}
+	for _, id := range ids {
+		go func() {
+			_, err := b.retry(t, "globex", id, limit)
+			errs <- err
+		}()
+	}
+	ok = 0
+	for range ids {
+		err := <-errs
+		if err == nil {
+			ok++
+			continue
+		}
+		var ae *api.Error
+		require.ErrorAs(t, err, &ae)
+		require.Equal(t, api.CodeOverLimit, ae.Code)
+	}
+	require.Equal(t, 3, ok)
+	require.Equal(t, 3, b.running(t, "globex"))
+	require.Equal(t, 3, b.count(t, `SELECT count(*) FROM runs WHERE tenant = 'globex' AND status = 'queued'`))
 }

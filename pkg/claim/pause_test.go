@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/testfactory"
 	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/weights"
@@ -24,7 +26,8 @@ const (
 
 // TestPauseStopsEveryClaimer pauses a queue while claim loops of every
 // kind (single, batch, combined by a Claimer; fair and ordinary) take its
-// tasks and starts keep arriving, at 1, 4 and 16 loops: once Pause has
+// tasks, complete half of them, and starts and cancels keep committing, at
+// 1, 4 and 16 loops: once Pause has
 // returned, no claim that began after it takes a task; after the resume
 // every task is claimed.
 func TestPauseStopsEveryClaimer(t *testing.T) {
@@ -53,6 +56,15 @@ func TestPauseStopsEveryClaimer(t *testing.T) {
 				for _, r := range rs {
 					if !r.OK {
 						continue
+					}
+					// Half the tasks complete at once, so completions
+					// commit beside the claims and the pause.
+					if r.Task.ID%2 == 0 {
+						// A cancel that came after the claim voids the lease.
+						err := claim.Complete(ctx, b.db, r.Task.ID, r.Task.LeaseToken, nil)
+						if err != nil && !errors.Is(err, claim.ErrStaleLease) && ctx.Err() == nil {
+							t.Errorf("complete: %v", err)
+						}
 					}
 					if _, dup := claimed.LoadOrStore(r.Task.ID, true); dup {
 						t.Errorf("task %d claimed twice", r.Task.ID)
@@ -101,6 +113,21 @@ func TestPauseStopsEveryClaimer(t *testing.T) {
 					added.Add(1)
 				}
 			})
+			// Cancels commit too: runs of the queue still waiting.
+			var cancelled atomic.Int64
+			wg.Go(func() {
+				for ctx.Err() == nil && cancelled.Load() < 40 {
+					var tenant, id string
+					err := b.db.QueryRow(ctx, `SELECT r.tenant, r.id FROM runs r JOIN tasks x ON x.run_pk = r.pk
+						WHERE x.queue = $1 AND x.state = 'pending' ORDER BY x.id DESC LIMIT 1`, queue).Scan(&tenant, &id)
+					if err != nil {
+						continue // none waiting right now, or the test ends
+					}
+					if res, err := runstore.Cancel(ctx, b.db, tenant, id, 0, "test"); err == nil && res.Cancelled {
+						cancelled.Add(1)
+					}
+				}
+			})
 			shard := []weights.Shard{{Index: 0, DB: b.db}}
 			res, err := weights.Pause(b.ctx, shard, "test", queue, true)
 			require.NoError(t, err)
@@ -131,9 +158,18 @@ func TestPauseStopsEveryClaimer(t *testing.T) {
 				claimed.Range(func(_, _ any) bool { n++; return true })
 				return n
 			}
+			// Every task is claimed or was cancelled before a claim.
+			waiting := func() int {
+				var n int
+				require.NoError(t, b.db.QueryRow(b.ctx, `SELECT count(*) FROM tasks WHERE queue = $1 AND state IN ('pending', 'scheduled')`, queue).Scan(&n))
+				return n
+			}
 			require.Eventually(t, func() bool {
-				return added.Load() == 300 && count() == before+300
+				return added.Load() == 300 && waiting() == 0
 			}, waitLong, pollEvery)
+			var untouched int
+			require.NoError(t, b.db.QueryRow(b.ctx, `SELECT count(*) FROM tasks WHERE queue = $1 AND claimed_at IS NULL`, queue).Scan(&untouched))
+			require.Equal(t, before+300, count()+untouched, "a task neither claimed nor cancelled")
 			stop()
 			wg.Wait()
 
