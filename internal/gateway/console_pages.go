@@ -370,14 +370,10 @@ func (g *Gateway) runPage(w http.ResponseWriter, r *http.Request, status int, d 
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), consoleTimeout)
 	defer cancel()
-	// A tenant the directory does not know has no runs; asking its home
-	// would place it in the directory, which a page view must not do.
-	if _, cached := g.dir.Cached(tenant); !cached {
-		if _, err := directory.Get(ctx, g.shards[0], tenant); errors.Is(err, directory.ErrNoEntry) {
-			d.Error = "No such run."
-			g.render(w, http.StatusNotFound, "run", d)
-			return
-		}
+	if !g.knownTenant(ctx, tenant) {
+		d.Error = "No such run."
+		g.render(w, http.StatusNotFound, "run", d)
+		return
 	}
 	var detail console.RunDetail
 	_, shard, err := g.readMoving(ctx, tenant, func(ctx context.Context, shard int) (api.Run, error) {
@@ -487,6 +483,11 @@ func (g *Gateway) runAction(w http.ResponseWriter, r *http.Request, what string)
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), consoleTimeout)
 	defer cancel()
+	if !g.knownTenant(ctx, tenant) {
+		// The run's page answers 404 for it, without placing it.
+		g.runPage(w, r, http.StatusNotFound, base("Run "+id, sess, p, rl), p, rl, tenant, id)
+		return
+	}
 	var e *api.Error
 	done := "cancelled"
 	if what == "cancel" {
@@ -503,6 +504,18 @@ func (g *Gateway) runAction(w http.ResponseWriter, r *http.Request, what string)
 		return
 	}
 	http.Redirect(w, r, runPath(tenant, id)+"?done="+done, http.StatusSeeOther)
+}
+
+// knownTenant reports whether the directory has an entry for tenant. A
+// tenant it does not know has no runs, and asking for its home would place
+// it in the directory: an operator's look at (or action on) a mistyped
+// tenant must not do that.
+func (g *Gateway) knownTenant(ctx context.Context, tenant string) bool {
+	if _, cached := g.dir.Cached(tenant); cached {
+		return true
+	}
+	_, err := directory.Get(ctx, g.shards[0], tenant)
+	return !errors.Is(err, directory.ErrNoEntry)
 }
 
 // --- queues ---

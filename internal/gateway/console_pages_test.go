@@ -250,6 +250,17 @@ func TestConsoleOperator(t *testing.T) {
 	require.Contains(t, page, `id="resume"`)
 	require.NotContains(t, page, `id="pause"`)
 
+	// A tenant nobody has heard of: 404, and the look and the actions do
+	// not place it in the directory.
+	status, _ = br.get("/admin/runs/nobody/x")
+	require.Equal(t, 404, status)
+	for _, action := range []string{"cancel", "retry"} {
+		status, _, page = br.post("/admin/runs/nobody/x/"+action, url.Values{"csrf": {csrf}})
+		require.Equal(t, 404, status, action)
+		require.Contains(t, page, "No such run")
+	}
+	require.Zero(t, b.count(t, 0, `SELECT count(*) FROM tenant_homes WHERE tenant = 'nobody'`))
+
 	// An operator without the write privileges: refused and audited.
 	ro, _ := signIn(t, b, consoleOpsRead)
 	status, page = ro.get(qpath)
