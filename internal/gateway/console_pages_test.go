@@ -237,7 +237,7 @@ func TestConsoleOperator(t *testing.T) {
 	require.NotContains(t, page, `id="paused"`)
 	csrf := csrfOf(t, page)
 
-	status, loc, page = br.post(qpath+"/pause", url.Values{})
+	status, _, _ = br.post(qpath+"/pause", url.Values{})
 	require.Equal(t, 403, status, "no CSRF field")
 	status, loc, page = br.post(qpath+"/pause", url.Values{"csrf": {csrf}})
 	require.Equal(t, 303, status, page)
@@ -290,7 +290,7 @@ func TestConsoleOperator(t *testing.T) {
 
 	// The operator cancels another tenant's run; a retry of a run that is
 	// not final is refused with the page and its status.
-	status, loc, page = br.post(run+"/retry", url.Values{"csrf": {csrf}})
+	status, _, page = br.post(run+"/retry", url.Values{"csrf": {csrf}})
 	require.Equal(t, 409, status, page)
 	require.Contains(t, page, `id="error"`)
 	status, loc, page = br.post(run+"/cancel", url.Values{"csrf": {csrf}})
