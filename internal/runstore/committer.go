@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/harvest-run/harvest/pkg/tenantcap"
 	"io"
 	"net"
 	"slices"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // Defaults of CommitterOptions.
