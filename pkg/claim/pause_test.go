@@ -164,12 +164,16 @@ func TestPauseStopsEveryClaimer(t *testing.T) {
 				require.NoError(t, b.db.QueryRow(b.ctx, `SELECT count(*) FROM tasks WHERE queue = $1 AND state IN ('pending', 'scheduled')`, queue).Scan(&n))
 				return n
 			}
+			untouched := func() int {
+				var n int
+				require.NoError(t, b.db.QueryRow(b.ctx, `SELECT count(*) FROM tasks WHERE queue = $1 AND claimed_at IS NULL`, queue).Scan(&n))
+				return n
+			}
+			// A claim the database committed is recorded once its call
+			// returns: wait for the loops to catch up, not for a moment.
 			require.Eventually(t, func() bool {
-				return added.Load() == 300 && waiting() == 0
-			}, waitLong, pollEvery)
-			var untouched int
-			require.NoError(t, b.db.QueryRow(b.ctx, `SELECT count(*) FROM tasks WHERE queue = $1 AND claimed_at IS NULL`, queue).Scan(&untouched))
-			require.Equal(t, before+300, count()+untouched, "a task neither claimed nor cancelled")
+				return added.Load() == 300 && waiting() == 0 && count()+untouched() == before+300
+			}, waitLong, pollEvery, "a task neither claimed nor cancelled")
 			stop()
 			wg.Wait()
 

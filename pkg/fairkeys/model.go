@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -171,6 +172,12 @@ type Model struct {
 	quotas  map[StateKey]Quota
 	buckets map[StateKey]bucket
 	states  map[string]map[string]KeyState // queue -> key -> row
+
+	// Two-level queues (SetTwoLevel): their groups' rows, one per
+	// (queue, group), and the groups' weights.
+	twoLevel     map[string]bool
+	groupStates  map[string]map[string]KeyState // queue -> group -> row
+	groupWeights map[StateKey]float64
 }
 
 // NewModel returns an empty model: no tasks, no overrides, no quotas and no
@@ -184,6 +191,10 @@ func NewModel() *Model {
 		quotas:  map[StateKey]Quota{},
 		buckets: map[StateKey]bucket{},
 		states:  map[string]map[string]KeyState{},
+
+		twoLevel:     map[string]bool{},
+		groupStates:  map[string]map[string]KeyState{},
+		groupWeights: map[StateKey]float64{},
 	}
 }
 
@@ -211,6 +222,13 @@ func (m *Model) Clone() *Model {
 		c.buckets[k] = v
 	}
 	c.states = copyStates(m.states)
+	for q, on := range m.twoLevel {
+		c.twoLevel[q] = on
+	}
+	c.groupStates = copyStates(m.groupStates)
+	for k, v := range m.groupWeights {
+		c.groupWeights[k] = v
+	}
 	return c
 }
 
@@ -322,10 +340,30 @@ func startTag(rows map[string]KeyState, v float64, key string) float64 {
 
 // Lag returns the key's current lag in the queue: how far its start tag is
 // ahead of the clock. 0 means the key has no debt.
+//
+// In a two-level queue the lag is the key's among the keys of its group,
+// against the group's own clock (GroupLag gives the group's).
 func (m *Model) Lag(queue, key string) float64 {
-	rows := m.states[queue]
+	rows := m.keyRows(queue, key)
 	v := clockOf(rows)
 	return startTag(rows, v, key) - v
+}
+
+// keyRows are the rows a key's start tag and clock are read from: every
+// key of the queue, or in a two-level queue the keys of the key's group.
+func (m *Model) keyRows(queue, key string) map[string]KeyState {
+	rows := m.states[queue]
+	if !m.twoLevel[queue] {
+		return rows
+	}
+	g := GroupOf(key)
+	out := map[string]KeyState{}
+	for k, s := range rows {
+		if GroupOf(k) == g {
+			out[k] = s
+		}
+	}
+	return out
 }
 
 // TaskState returns the state of a task, TaskUnknown for an unknown ID.
@@ -357,6 +395,19 @@ func (m *Model) Claim(req ClaimRequest) ClaimResult {
 		refused []Refusal
 	)
 	lagOf := func(key string) float64 { return startTag(rows, v, key) - v }
+	if m.twoLevel[req.Queue] {
+		// Within one claim nothing is charged before the pick, so each
+		// key's lag is read once.
+		memo := map[string]float64{}
+		lagOf = func(key string) float64 {
+			l, ok := memo[key]
+			if !ok {
+				l = m.Lag(req.Queue, key)
+				memo[key] = l
+			}
+			return l
+		}
+	}
 	for {
 		best := m.pick(req, skip, lagOf)
 		if best == nil {
@@ -388,7 +439,8 @@ func (m *Model) Claim(req ClaimRequest) ClaimResult {
 // sortKey holds the sort terms of one candidate, smallest first.
 type sortKey struct {
 	sticky int
-	prio   int64 // effective priority; larger sorts first
+	prio   int64   // effective priority; larger sorts first
+	glag   float64 // the group's lag, in a two-level queue (else 0)
 	lag    float64
 	band   int
 	due    time.Time
@@ -401,6 +453,9 @@ func (a *sortKey) less(b *sortKey) bool {
 	}
 	if a.prio != b.prio {
 		return a.prio > b.prio
+	}
+	if a.glag != b.glag {
+		return a.glag < b.glag
 	}
 	if a.lag != b.lag {
 		return a.lag < b.lag
@@ -430,6 +485,9 @@ func (m *Model) sortKeyOf(t *Task, req ClaimRequest, lagOf func(string) float64)
 	}
 	if req.Fair {
 		k.lag = lagOf(t.Key)
+		if m.twoLevel[req.Queue] {
+			k.glag = m.GroupLag(req.Queue, GroupOf(t.Key)) // a handful of groups
+		}
 	}
 	if t.Continuation {
 		k.band = 0
@@ -510,9 +568,79 @@ func (m *Model) charge(queue, key string, now time.Time) {
 		rows = map[string]KeyState{}
 		m.states[queue] = rows
 	}
-	v := clockOf(rows)
-	start := startTag(rows, v, key)
+	own := m.keyRows(queue, key)
+	v := clockOf(own)
+	start := startTag(own, v, key)
 	rows[key] = KeyState{Pass: start + 1/m.Weight(queue, key), LastStart: start, ChargedAt: now}
+	if m.twoLevel[queue] {
+		m.chargeGroup(queue, GroupOf(key), now)
+	}
+}
+
+// chargeGroup bills one claim to a group of a two-level queue, as charge
+// bills a key among all keys: the groups share the queue by their weights
+// first, then each group's keys share its claims by theirs.
+func (m *Model) chargeGroup(queue, group string, now time.Time) {
+	rows := m.groupStates[queue]
+	if rows == nil {
+		rows = map[string]KeyState{}
+		m.groupStates[queue] = rows
+	}
+	v := clockOf(rows)
+	start := startTag(rows, v, group)
+	rows[group] = KeyState{Pass: start + 1/m.GroupWeight(queue, group), LastStart: start, ChargedAt: now}
+}
+
+// GroupOf is the group of a fairness key in a two-level queue: the tenant
+// the gateway's key binding names it for, the part before the first "/"
+// ("acme" for "acme" and "acme/k1"). The default key is a group of its own.
+func GroupOf(key string) string {
+	if i := strings.IndexByte(key, '/'); i >= 0 {
+		return key[:i]
+	}
+	return key
+}
+
+// SetTwoLevel turns two-level fairness on or off for a queue: with it on,
+// a fair claim serves the groups (GroupOf) in start-time fair order by
+// their weights first, and the keys of the chosen group in that order by
+// theirs (hierarchical start-time fair queuing), so a group's share does
+// not grow with the number of its keys. Priority still comes before both.
+// Turning it on or off keeps the rows already charged.
+func (m *Model) SetTwoLevel(queue string, on bool) {
+	if on {
+		m.twoLevel[queue] = true
+		return
+	}
+	delete(m.twoLevel, queue)
+}
+
+// SetGroupWeight sets a group's weight in a two-level queue (a group
+// without one weighs 1). The weight applies from the group's next charge.
+func (m *Model) SetGroupWeight(queue, group string, w float64) {
+	m.groupWeights[StateKey{queue, group}] = w
+}
+
+// GroupWeight returns a group's weight in the queue.
+func (m *Model) GroupWeight(queue, group string) float64 {
+	if w, ok := m.groupWeights[StateKey{queue, group}]; ok {
+		return w
+	}
+	return 1
+}
+
+// GroupState returns a group's row in a two-level queue, if it has one.
+func (m *Model) GroupState(queue, group string) (KeyState, bool) {
+	s, ok := m.groupStates[queue][group]
+	return s, ok
+}
+
+// GroupLag is a group's lag among the groups of a two-level queue: how far
+// its start tag is ahead of the groups' clock.
+func (m *Model) GroupLag(queue, group string) float64 {
+	rows := m.groupStates[queue]
+	v := clockOf(rows)
+	return startTag(rows, v, group) - v
 }
 
 // ClaimByID claims one named row, as the dispatch channel does. The row
@@ -618,6 +746,15 @@ func (m *Model) Prune(now time.Time, window time.Duration) []StateKey {
 			}
 		}
 		idle := len(pendingKeys) == 0 && !recent
+		if m.twoLevel[queue] && !idle {
+			// Which row holds each group's clock is the SQL's to settle
+			// with the second level; until then a live two-level queue
+			// keeps its rows.
+			continue
+		}
+		if idle {
+			delete(m.groupStates, queue)
+		}
 		for k, s := range rows {
 			if idle || (!pendingKeys[k] && !s.ChargedAt.After(cutoff) && k != clockKey) {
 				delete(rows, k)
