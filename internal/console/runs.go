@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harvest-run/harvest/internal/runstore"
+	"github.com/harvest-run/harvest/internal/telemetry"
 	"github.com/harvest-run/harvest/pkg/api"
 )
 
@@ -314,10 +315,10 @@ func orNull(s string) any {
 // inspectRow is what RunInspect reads.
 type inspectRow struct {
 	runRow
-	Input       []byte  `db:"input"`
-	MaxAttempts int     `db:"max_attempts"`
-	Moving      bool    `db:"moving"`
-	Traceparent *string `db:"traceparent"`
+	Input        []byte `db:"input"`
+	MaxAttempts  int    `db:"max_attempts"`
+	Moving       bool   `db:"moving"`
+	TraceContext []byte `db:"trace_context"`
 }
 
 // taskRow is what TaskListByRun reads.
@@ -357,8 +358,11 @@ func Inspect(ctx context.Context, db *pgxpool.Pool, shard int, tenant, id string
 	if len(r.Input) > 0 {
 		d.Input = json.RawMessage(r.Input)
 	}
-	if r.Traceparent != nil {
-		d.TraceID = traceID(*r.Traceparent)
+	// The start's stored W3C context, read as every span link reads it; a
+	// malformed or all-zero one gives no id, since a link would lead
+	// nowhere.
+	if sc := telemetry.SpanContextFromJSON(r.TraceContext); sc.IsValid() {
+		d.TraceID = sc.TraceID().String()
 	}
 
 	rows, err = db.Query(ctx, sqlTaskListByRun, r.PK, maxTasks)
@@ -378,40 +382,4 @@ func Inspect(ctx context.Context, db *pgxpool.Pool, shard int, tenant, id string
 		d.Tasks = append(d.Tasks, task)
 	}
 	return d, nil
-}
-
-// traceID is the trace id of a W3C traceparent
-// ("<version>-<trace id>-<parent id>-<flags>"), or "" when the header is
-// malformed or names the invalid all-zero trace: a link to it would lead
-// nowhere.
-func traceID(traceparent string) string {
-	parts := strings.Split(traceparent, "-")
-	if len(parts) < 4 {
-		return ""
-	}
-	version, trace, parent := parts[0], parts[1], parts[2]
-	if !lowerHex(version, 2) || version == "ff" || (version == "00" && len(parts) != 4) {
-		return ""
-	}
-	if !lowerHex(trace, 32) || !lowerHex(parent, 16) || !lowerHex(parts[3], 2) {
-		return ""
-	}
-	if strings.Trim(trace, "0") == "" {
-		return ""
-	}
-	return trace
-}
-
-// lowerHex reports whether s is n lowercase hexadecimal digits, the only
-// spelling W3C trace context allows.
-func lowerHex(s string, n int) bool {
-	if len(s) != n {
-		return false
-	}
-	for _, c := range []byte(s) {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
