@@ -25,7 +25,6 @@ var (
 	sqlRunInspect     = mustSQL("RunInspect")
 	sqlTaskListByRun  = mustSQL("TaskListByRun")
 	sqlQueueDepthList = mustSQL("QueueDepthList")
-	sqlQueueDepthOne  = mustSQL("QueueDepthOne")
 	sqlKeyClaimShares = mustSQL("KeyClaimShares")
 )
 

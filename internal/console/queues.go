@@ -19,7 +19,7 @@ const (
 	maxQueueLimit     = 1000
 )
 
-// depthRow is what QueueDepthList and QueueDepthOne read.
+// depthRow is what QueueDepthList reads.
 type depthRow struct {
 	Queue            string     `db:"queue"`
 	Scheduled        int        `db:"scheduled"`
@@ -46,9 +46,10 @@ func (r depthRow) depth(shard int) QueueDepth {
 	return d
 }
 
-// queryDepths runs one of the depth queries on db.
-func queryDepths(ctx context.Context, db *pgxpool.Pool, shard int, sql string, arg any) ([]QueueDepth, error) {
-	rows, err := db.Query(ctx, sql, arg)
+// queryDepths reads QueueDepthList: at most limit queues, or with queue
+// set (a string) that queue alone.
+func queryDepths(ctx context.Context, db *pgxpool.Pool, shard int, limit int, queue any) ([]QueueDepth, error) {
+	rows, err := db.Query(ctx, sqlQueueDepthList, limit, queue)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +82,7 @@ func Queues(ctx context.Context, shards []*pgxpool.Pool, limit int) (QueueList, 
 	}
 	ok, down, err := fanOut(ctx, shards, func(ctx context.Context, shard int, db *pgxpool.Pool) (part, error) {
 		// One more queue than the limit tells whether the shard has more.
-		d, err := queryDepths(ctx, db, shard, sqlQueueDepthList, limit+1)
+		d, err := queryDepths(ctx, db, shard, limit+1, nil)
 		if err != nil {
 			return part{}, err
 		}
@@ -109,7 +110,7 @@ func QueueDepths(ctx context.Context, shards []*pgxpool.Pool, queue string) (Que
 		return QueueList{}, errors.New("console: queue is empty")
 	}
 	ok, down, err := fanOut(ctx, shards, func(ctx context.Context, shard int, db *pgxpool.Pool) ([]QueueDepth, error) {
-		return queryDepths(ctx, db, shard, sqlQueueDepthOne, queue)
+		return queryDepths(ctx, db, shard, 1, queue)
 	})
 	if err != nil {
 		return QueueList{}, fmt.Errorf("console: queue depths: %w", err)

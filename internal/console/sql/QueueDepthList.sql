@@ -1,7 +1,9 @@
 -- The queues of one shard for the console, by name, at most $1: every
 -- queue with a task not done, fairness state, a weight override or a
 -- pause, with its tasks by state, the claims of the last minute and its
--- pause. Done tasks (the history) are never read:
+-- pause. With $2 set, that queue alone, in one row (zeros where it has
+-- nothing here), and the list of queues is not read. Done tasks (the
+-- history) are never read:
 --   * the queues with pending or scheduled tasks come from a loose scan
 --     (one probe per queue) of tasks_pending_order and tasks_scheduled_due,
 --     and those with fairness state from the primary key of fair_state;
@@ -56,7 +58,9 @@ named AS (
 -- Byte order (COLLATE "C"), the order the console sorts the shards' lists in,
 -- so the queues a limit keeps are the first ones of the merged list.
 picked AS (
-    SELECT queue FROM named ORDER BY queue COLLATE "C" LIMIT $1
+    SELECT $2::text AS queue WHERE $2::text IS NOT NULL
+    UNION ALL
+    (SELECT queue FROM named WHERE $2::text IS NULL ORDER BY queue COLLATE "C" LIMIT $1)
 )
 SELECT q.queue,
        (SELECT count(*) FROM tasks t WHERE t.state = 'scheduled' AND t.queue = q.queue) AS scheduled,
