@@ -51,13 +51,10 @@ func (g *Gateway) retryRun(ctx context.Context, actor, tenant, id string) (api.R
 }
 
 // notRetryable is the 409 of a retry of a run that is neither failed nor
-// cancelled, or never started.
+// cancelled, or never started; runstore returns the run with the error.
 func notRetryable(run api.Run) *api.Error {
 	if run.Status == api.StatusCancelled {
 		return api.NewError(api.CodeConflict, "run %s was cancelled before it ever started (a deferred start that never fired): start it again instead", run.ID)
-	}
-	if run.Status == "" {
-		return api.NewError(api.CodeConflict, "only a failed or cancelled run can be retried")
 	}
 	return api.NewError(api.CodeConflict, "run %s is %s: only a failed or cancelled run can be retried", run.ID, run.Status)
 }
