@@ -102,7 +102,7 @@ func (im *interleaveMachine) cancel(t *rapid.T) {
 			WHERE id = $1 AND state <> 'done'`, id)
 		return err
 	})
-	mm.m.Cancel(id)
+	mm.ended(t, []int64{id}, mm.m.CancelHeld)
 	delete(mm.tokens, id)
 }
 
@@ -120,7 +120,7 @@ func (im *interleaveMachine) write(t *rapid.T) {
 				return claim.Complete(context.WithoutCancel(mm.b.ctx), mm.b.db, id, mm.tokens[id], nil)
 			})
 			delete(mm.tokens, id)
-			mm.m.Complete(id)
+			mm.ended(t, []int64{id}, mm.m.CompleteHeld)
 		}
 	}
 }
@@ -318,7 +318,7 @@ func TestSQLFollowsModelWithInterleavings(t *testing.T) {
 	b := setup(t)
 	rapid.Check(t, func(rt *rapid.T) {
 		b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas, rate_buckets,
-			tenant_running RESTART IDENTITY`)
+			tenant_running, queue_fairness, group_weights, fair_groups, fair_held RESTART IDENTITY`)
 		mm := &modelMachine{stats: &modelStats{}, b: b, m: fairkeys.NewModel(), now: t0, tokens: map[int64]uuid.UUID{}}
 		mm.run = b.run(runOpts{MaxAttempts: 1_000_000})
 		im := &interleaveMachine{modelMachine: mm, dbClock: rapid.Bool().Draw(rt, "database clock")}

@@ -21,8 +21,10 @@ import (
 // agree.
 
 var (
-	mQueues    = []string{"q1", "q2"}
-	mKeys      = []string{fairkeys.DefaultKey, "a", "b", "c"}
+	mQueues = []string{"q1", "q2"}
+	// "a", "a/1" and "a/2" are one group in a two-level queue.
+	mKeys      = []string{fairkeys.DefaultKey, "a", "b", "c", "a/1", "a/2", "b/1"}
+	mGroups    = []string{"a", "b", "c"}
 	mQuotaKeys = []string{"", "x", "y"}
 	mWorkers   = []string{"", "w1", "w2"}
 )
@@ -35,6 +37,34 @@ type modelMachine struct {
 	run    int64
 	tokens map[int64]uuid.UUID // running tasks in the database, by id
 	maxID  int64
+	heldID int64 // the last fair_held row given to the model
+}
+
+// ended tells the model about attempts the database just took out of
+// running: those billed by runtime in the order their fair_held rows were
+// written, with the time the database measured, then the rest (end is
+// called with 0 held seconds for those, which record nothing).
+func (mm *modelMachine) ended(t *rapid.T, ids []int64, end func(id int64, heldSecs float64)) {
+	rows, err := mm.b.db.Query(mm.b.ctx, `SELECT id, task_id, secs FROM fair_held WHERE id > $1 ORDER BY id`, mm.heldID)
+	require.NoError(t, err)
+	seen := map[int64]bool{}
+	for rows.Next() {
+		var id, task int64
+		var secs float64
+		require.NoError(t, rows.Scan(&id, &task, &secs))
+		mm.heldID = id
+		require.Contains(t, ids, task, "a held row for a task that did not end")
+		require.False(t, seen[task], "two held rows for one attempt of task %d", task)
+		seen[task] = true
+		end(task, secs)
+		mm.stats.held++
+	}
+	require.NoError(t, rows.Err())
+	for _, id := range ids {
+		if !seen[id] {
+			end(id, 0)
+		}
+	}
 }
 
 func (mm *modelMachine) ms(t *rapid.T, label string, lo, hi int) time.Duration {
@@ -182,8 +212,8 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 			require.ErrorIs(t, errs[len(pick)], claim.ErrStaleLease)
 			for _, id := range pick {
 				delete(mm.tokens, id)
-				mm.m.Complete(id)
 			}
+			mm.ended(t, pick, mm.m.CompleteHeld)
 		},
 		"complete": func(t *rapid.T) {
 			id, ok := mm.running(t)
@@ -192,7 +222,7 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 			}
 			require.NoError(t, claim.Complete(b.ctx, b.db, id, mm.tokens[id], nil))
 			delete(mm.tokens, id)
-			mm.m.Complete(id)
+			mm.ended(t, []int64{id}, mm.m.CompleteHeld)
 		},
 		"requeue": func(t *rapid.T) {
 			id, ok := mm.running(t)
@@ -204,7 +234,7 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 			require.NoError(t, err)
 			require.True(t, retried)
 			delete(mm.tokens, id)
-			mm.m.Requeue(id, due)
+			mm.ended(t, []int64{id}, func(id int64, secs float64) { mm.m.RequeueHeld(id, due, secs) })
 		},
 		"setWeight": func(t *rapid.T) {
 			q := rapid.SampledFrom(mQueues).Draw(t, "queue")
@@ -213,6 +243,26 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 			b.exec(`INSERT INTO weight_overrides (queue, key, weight) VALUES ($1, $2, $3)
 				ON CONFLICT (queue, key) DO UPDATE SET weight = EXCLUDED.weight`, q, k, w)
 			mm.m.SetWeight(q, k, w)
+		},
+		"setModes": func(t *rapid.T) {
+			q := rapid.SampledFrom(mQueues).Draw(t, "queue")
+			two := rapid.Bool().Draw(t, "twoLevel")
+			charge := rapid.SampledFrom([]fairkeys.Charge{fairkeys.ChargeClaims, fairkeys.ChargeRuntime}).Draw(t, "charge")
+			b.exec(`SELECT harvest_queue_fairness_set($1, $2, $3, 'test')`, q, two, string(charge))
+			mm.m.SetTwoLevel(q, two)
+			mm.m.SetCharge(q, charge)
+		},
+		"setGroupWeight": func(t *rapid.T) {
+			q := rapid.SampledFrom(mQueues).Draw(t, "queue")
+			g := rapid.SampledFrom(mGroups).Draw(t, "group")
+			if rapid.IntRange(0, 3).Draw(t, "clear?") == 0 {
+				b.exec(`SELECT harvest_group_weight_set($1, $2, NULL, 'test')`, q, g)
+				mm.m.ClearGroupWeight(q, g)
+				return
+			}
+			w := rapid.SampledFrom([]float64{0.25, 0.5, 1, 2, 3}).Draw(t, "weight")
+			b.exec(`SELECT harvest_group_weight_set($1, $2, $3, 'test')`, q, g, w)
+			mm.m.SetGroupWeight(q, g, w)
 		},
 		"clearWeight": func(t *rapid.T) {
 			q := rapid.SampledFrom(mQueues).Draw(t, "queue")
@@ -287,13 +337,56 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 				}
 			}
 			require.Equal(t, want, got)
+
+			// The groups' rows of two-level queues, and the runtime
+			// estimates.
+			grows, err := b.db.Query(b.ctx, `SELECT queue, grp, pass, last_start, charged_at FROM fair_groups WHERE pass IS NOT NULL`)
+			require.NoError(t, err)
+			gotG := map[fairkeys.StateKey]fairkeys.KeyState{}
+			for grows.Next() {
+				var k fairkeys.StateKey
+				var s fairkeys.KeyState
+				require.NoError(t, grows.Scan(&k.Queue, &k.Key, &s.Pass, &s.LastStart, &s.ChargedAt))
+				s.ChargedAt = s.ChargedAt.UTC()
+				gotG[k] = s
+			}
+			require.NoError(t, grows.Err())
+			wantG := map[fairkeys.StateKey]fairkeys.KeyState{}
+			for _, q := range mQueues {
+				for _, g := range append(mGroups, fairkeys.DefaultKey) {
+					if s, ok := mm.m.GroupState(q, g); ok {
+						s.ChargedAt = s.ChargedAt.UTC()
+						wantG[fairkeys.StateKey{Queue: q, Key: g}] = s
+					}
+				}
+			}
+			require.Equal(t, wantG, gotG, "group rows")
+			erows, err := b.db.Query(b.ctx, `SELECT queue, key, held_est FROM fair_state WHERE held_est IS NOT NULL`)
+			require.NoError(t, err)
+			gotE := map[fairkeys.StateKey]float64{}
+			for erows.Next() {
+				var k fairkeys.StateKey
+				var e float64
+				require.NoError(t, erows.Scan(&k.Queue, &k.Key, &e))
+				gotE[k] = e
+			}
+			require.NoError(t, erows.Err())
+			wantE := map[fairkeys.StateKey]float64{}
+			for _, q := range mQueues {
+				for _, k := range mKeys {
+					if e, ok := mm.m.HeldEstimate(q, k); ok {
+						wantE[fairkeys.StateKey{Queue: q, Key: k}] = e
+					}
+				}
+			}
+			require.Equal(t, wantE, gotE, "runtime estimates")
 		},
 	}
 }
 
 // modelStats shows in -v output that the random runs reach the interesting
 // cases.
-type modelStats struct{ ok, refused, lagged, pruned int }
+type modelStats struct{ ok, refused, lagged, pruned, held int }
 
 func TestSQLFollowsModel(t *testing.T) {
 	t.Parallel()
@@ -303,7 +396,8 @@ func TestSQLFollowsModel(t *testing.T) {
 	b := setup(t)
 	stats := &modelStats{}
 	rapid.Check(t, func(rt *rapid.T) {
-		b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas, rate_buckets, tenant_running RESTART IDENTITY`)
+		b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas, rate_buckets,
+			tenant_running, queue_fairness, group_weights, fair_groups, fair_held RESTART IDENTITY`)
 		mm := &modelMachine{stats: stats, b: b, m: fairkeys.NewModel(), now: t0, tokens: map[int64]uuid.UUID{}}
 		mm.run = b.run(runOpts{MaxAttempts: 1_000_000})
 		acts := mm.actions()
@@ -315,6 +409,6 @@ func TestSQLFollowsModel(t *testing.T) {
 		acts["set quota again"] = acts["setQuota"]
 		rt.Repeat(acts)
 	})
-	t.Logf("claims taken %d, refusals %d, claims with lag > 0 %d, state rows pruned %d",
-		stats.ok, stats.refused, stats.lagged, stats.pruned)
+	t.Logf("claims taken %d, refusals %d, claims with lag > 0 %d, state rows pruned %d, attempts settled by runtime %d",
+		stats.ok, stats.refused, stats.lagged, stats.pruned, stats.held)
 }

@@ -151,6 +151,10 @@ const MaxRefusalsPerClaim = 8
 type taskRow struct {
 	t  Task
 	st TaskState
+	// billed is what the running attempt's claim billed its key in a
+	// queue charged by runtime (seconds); runtime says it did.
+	billed  float64
+	runtime bool
 }
 
 type bucket struct {
@@ -178,6 +182,13 @@ type Model struct {
 	twoLevel     map[string]bool
 	groupStates  map[string]map[string]KeyState // queue -> group -> row
 	groupWeights map[StateKey]float64
+
+	// Queues charged by runtime (SetCharge), each key's runtime estimate
+	// (it lives and goes with the key's row), and the ended attempts not
+	// yet settled, per queue in the order they ended.
+	runtime map[string]bool
+	heldEst map[StateKey]float64
+	held    map[string][]heldRow
 }
 
 // NewModel returns an empty model: no tasks, no overrides, no quotas and no
@@ -195,6 +206,10 @@ func NewModel() *Model {
 		twoLevel:     map[string]bool{},
 		groupStates:  map[string]map[string]KeyState{},
 		groupWeights: map[StateKey]float64{},
+
+		runtime: map[string]bool{},
+		heldEst: map[StateKey]float64{},
+		held:    map[string][]heldRow{},
 	}
 }
 
@@ -228,6 +243,15 @@ func (m *Model) Clone() *Model {
 	c.groupStates = copyStates(m.groupStates)
 	for k, v := range m.groupWeights {
 		c.groupWeights[k] = v
+	}
+	for q, on := range m.runtime {
+		c.runtime[q] = on
+	}
+	for k, v := range m.heldEst {
+		c.heldEst[k] = v
+	}
+	for q, rows := range m.held {
+		c.held[q] = append([]heldRow(nil), rows...)
 	}
 	return c
 }
@@ -388,6 +412,9 @@ func (m *Model) Running(queue, quotaKey string) int {
 // through the rechecks, and an accepted row is leased and, for a fair
 // request, charged to its key.
 func (m *Model) Claim(req ClaimRequest) ClaimResult {
+	if req.Fair {
+		m.foldHeld(req.Queue)
+	}
 	var (
 		rows    = m.states[req.Queue]
 		v       = clockOf(rows)
@@ -554,15 +581,22 @@ func (m *Model) accept(r *taskRow, req ClaimRequest) {
 	r.st = TaskRunning
 	delete(m.pending[r.t.Queue], r.t.ID)
 	m.running[StateKey{r.t.Queue, r.t.QuotaKey}]++
+	r.billed, r.runtime = 0, false
 	if req.Fair {
-		m.charge(r.t.Queue, r.t.Key, req.Now)
+		cost := 1.0
+		if m.runtime[r.t.Queue] {
+			cost = m.estimate(r.t.Queue, r.t.Key)
+			r.billed, r.runtime = cost, true
+		}
+		m.charge(r.t.Queue, r.t.Key, req.Now, cost)
 	}
 }
 
 // charge bills one claim to the key: the start tag is taken from the clock
-// and the key's pass, and pass moves 1/w beyond it, so a heavier key pays
-// less per claim.
-func (m *Model) charge(queue, key string, now time.Time) {
+// and the key's pass, and pass moves cost/w beyond it, so a heavier key
+// pays less per claim. cost is 1, or in a queue charged by runtime the
+// key's estimate in seconds.
+func (m *Model) charge(queue, key string, now time.Time, cost float64) {
 	rows := m.states[queue]
 	if rows == nil {
 		rows = map[string]KeyState{}
@@ -571,16 +605,16 @@ func (m *Model) charge(queue, key string, now time.Time) {
 	own := m.keyRows(queue, key)
 	v := clockOf(own)
 	start := startTag(own, v, key)
-	rows[key] = KeyState{Pass: start + 1/m.Weight(queue, key), LastStart: start, ChargedAt: now}
+	rows[key] = KeyState{Pass: start + cost/m.Weight(queue, key), LastStart: start, ChargedAt: now}
 	if m.twoLevel[queue] {
-		m.chargeGroup(queue, GroupOf(key), now)
+		m.chargeGroup(queue, GroupOf(key), now, cost)
 	}
 }
 
 // chargeGroup bills one claim to a group of a two-level queue, as charge
 // bills a key among all keys: the groups share the queue by their weights
 // first, then each group's keys share its claims by theirs.
-func (m *Model) chargeGroup(queue, group string, now time.Time) {
+func (m *Model) chargeGroup(queue, group string, now time.Time, cost float64) {
 	rows := m.groupStates[queue]
 	if rows == nil {
 		rows = map[string]KeyState{}
@@ -588,7 +622,7 @@ func (m *Model) chargeGroup(queue, group string, now time.Time) {
 	}
 	v := clockOf(rows)
 	start := startTag(rows, v, group)
-	rows[group] = KeyState{Pass: start + 1/m.GroupWeight(queue, group), LastStart: start, ChargedAt: now}
+	rows[group] = KeyState{Pass: start + cost/m.GroupWeight(queue, group), LastStart: start, ChargedAt: now}
 }
 
 // GroupOf is the group of a fairness key in a two-level queue: the tenant
@@ -621,6 +655,12 @@ func (m *Model) SetGroupWeight(queue, group string, w float64) {
 	m.groupWeights[StateKey{queue, group}] = w
 }
 
+// ClearGroupWeight removes a group's weight; it weighs 1 from its next
+// charge.
+func (m *Model) ClearGroupWeight(queue, group string) {
+	delete(m.groupWeights, StateKey{queue, group})
+}
+
 // GroupWeight returns a group's weight in the queue.
 func (m *Model) GroupWeight(queue, group string) float64 {
 	if w, ok := m.groupWeights[StateKey{queue, group}]; ok {
@@ -650,6 +690,9 @@ func (m *Model) GroupLag(queue, group string) float64 {
 // Refusal) and a fair request charges the key like any fair claim. Lag
 // reports the key's live lag at the pick.
 func (m *Model) ClaimByID(id int64, req ClaimRequest) ClaimResult {
+	if req.Fair {
+		m.foldHeld(req.Queue)
+	}
 	r, ok := m.tasks[id]
 	if !ok || r.st != TaskPending || r.t.Queue != req.Queue || r.t.DueAt.After(req.Now) {
 		return ClaimResult{Empty: EmptyNoTask}
@@ -669,12 +712,20 @@ func (m *Model) ClaimByID(id int64, req ClaimRequest) ClaimResult {
 }
 
 // Complete moves a running task to done. Any other state is left alone,
-// like a fenced UPDATE that matches no row.
-func (m *Model) Complete(id int64) {
+// like a fenced UPDATE that matches no row. In a queue charged by runtime
+// the attempt counts as having held its worker for no time; CompleteHeld
+// says how long it did.
+func (m *Model) Complete(id int64) { m.CompleteHeld(id, 0) }
+
+// CompleteHeld is Complete for an attempt that held its worker for
+// heldSecs seconds: an attempt billed by runtime records it, and the next
+// fair claim of the queue settles it (foldHeld).
+func (m *Model) CompleteHeld(id int64, heldSecs float64) {
 	r, ok := m.tasks[id]
 	if !ok || r.st != TaskRunning {
 		return
 	}
+	m.endAttempt(r, heldSecs)
 	r.st = TaskDone
 	m.running[StateKey{r.t.Queue, r.t.QuotaKey}]--
 }
@@ -683,7 +734,11 @@ func (m *Model) Complete(id int64) {
 // leaves the claimable set and a running one stops counting against its
 // quota's concurrency cap. Neither touches fairness state: a claim already
 // charged stays charged. Unknown or finished tasks are left alone.
-func (m *Model) Cancel(id int64) {
+func (m *Model) Cancel(id int64) { m.CancelHeld(id, 0) }
+
+// CancelHeld is Cancel for a running attempt that held its worker for
+// heldSecs seconds (see CompleteHeld).
+func (m *Model) CancelHeld(id int64, heldSecs float64) {
 	r, ok := m.tasks[id]
 	if !ok {
 		return
@@ -692,6 +747,7 @@ func (m *Model) Cancel(id int64) {
 	case TaskPending:
 		delete(m.pending[r.t.Queue], id)
 	case TaskRunning:
+		m.endAttempt(r, heldSecs)
 		m.running[StateKey{r.t.Queue, r.t.QuotaKey}]--
 	default:
 		return
@@ -703,11 +759,16 @@ func (m *Model) Cancel(id int64) {
 // or a rescued lease). Other fields, stickiness included, are kept. Tasks
 // not running are left alone. Requeueing never touches fairness state: the
 // charge of the lost attempt stands, as the claim already consumed a turn.
-func (m *Model) Requeue(id int64, dueAt time.Time) {
+func (m *Model) Requeue(id int64, dueAt time.Time) { m.RequeueHeld(id, dueAt, 0) }
+
+// RequeueHeld is Requeue for an attempt that held its worker for heldSecs
+// seconds (see CompleteHeld); a rescued lease held it until it expired.
+func (m *Model) RequeueHeld(id int64, dueAt time.Time, heldSecs float64) {
 	r, ok := m.tasks[id]
 	if !ok || r.st != TaskRunning {
 		return
 	}
+	m.endAttempt(r, heldSecs)
 	r.st = TaskPending
 	r.t.DueAt = dueAt
 	m.running[StateKey{r.t.Queue, r.t.QuotaKey}]--
@@ -758,6 +819,7 @@ func (m *Model) Prune(now time.Time, window time.Duration) []StateKey {
 		for k, s := range rows {
 			if idle || (!pendingKeys[k] && !s.ChargedAt.After(cutoff) && k != clockKey) {
 				delete(rows, k)
+				delete(m.heldEst, StateKey{queue, k})
 				out = append(out, StateKey{queue, k})
 			}
 		}

@@ -20,7 +20,10 @@ LANGUAGE plpgsql
 SET jit = off
 AS $$
 DECLARE
-    r_out harvest_claimed;
+    r_out  harvest_claimed;
+    v_conf    boolean := false;
+    v_two     boolean := false;
+    v_runtime boolean := false;
 BEGIN
     -- A paused queue hands out nothing (queue_pauses); its shared pause
     -- lock comes before every other lock of the claim.
@@ -41,6 +44,11 @@ BEGIN
     END IF;
     IF p_fair THEN
         PERFORM harvest_fair_fold(p_queue);
+        -- The worker time of ended attempts, in a queue with modes.
+        SELECT m.configured, m.two_level, m.runtime INTO v_conf, v_two, v_runtime FROM harvest_fair_mode(p_queue) m;
+        IF v_conf THEN
+            PERFORM harvest_fair_held_fold(p_queue, v_two);
+        END IF;
     END IF;
     r_out := harvest_claim_step(p_queue, p_worker, p_now, p_fair, p_aging, p_lease, p_task_id);
     IF p_fair AND p_release_early AND r_out.outcome = 'ok' THEN

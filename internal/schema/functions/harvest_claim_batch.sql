@@ -31,6 +31,9 @@ DECLARE
     v_bulk boolean;
     v_took boolean := false;
     v_lone text;
+    v_conf    boolean := false;
+    v_two     boolean := false;
+    v_runtime boolean := false;
 BEGIN
     -- A paused queue hands out nothing (queue_pauses); its shared pause
     -- lock comes before every other lock of the claim.
@@ -43,7 +46,13 @@ BEGIN
     -- ageing and no row pinned to this worker, as for any bulk step, and
     -- harvest_queue_lone both before the lock and under it (a key folded in
     -- by an exclusive claim that held the lock meanwhile ends it).
-    IF p_fair AND p_release_early AND p_aging = 0 AND p_n > 1 AND NOT (p_worker <> '' AND EXISTS (
+    -- A queue with a fairness mode on (two-level, or charged by runtime)
+    -- takes every row by the single claim, which knows the modes: the lone
+    -- and bulk steps charge 1 per row among all the queue's keys.
+    IF p_fair THEN
+        SELECT m.configured, m.two_level, m.runtime INTO v_conf, v_two, v_runtime FROM harvest_fair_mode(p_queue) m;
+    END IF;
+    IF p_fair AND NOT (v_two OR v_runtime) AND p_release_early AND p_aging = 0 AND p_n > 1 AND NOT (p_worker <> '' AND EXISTS (
             SELECT 1 FROM tasks x
             WHERE x.queue = p_queue AND x.state = 'pending' AND x.sticky_worker = p_worker
               AND x.sticky_until > coalesce(p_now, now()))) THEN
@@ -51,7 +60,8 @@ BEGIN
     END IF;
     IF v_lone IS NOT NULL THEN
         PERFORM harvest_queue_lock_shared(p_queue);
-        IF harvest_queue_lone(p_queue, coalesce(p_now, now())) IS DISTINCT FROM v_lone THEN
+        IF harvest_queue_lone(p_queue, coalesce(p_now, now())) IS DISTINCT FROM v_lone
+           OR (SELECT m.two_level OR m.runtime FROM harvest_fair_mode(p_queue) m) THEN
             r_out.outcome := 'again';
             RETURN NEXT r_out;
             RETURN;
@@ -87,8 +97,13 @@ BEGIN
     END IF;
     IF p_fair THEN
         PERFORM harvest_fair_fold(p_queue);
+        -- Read again under the lock: a change of modes waits for the lock.
+        SELECT m.configured, m.two_level, m.runtime INTO v_conf, v_two, v_runtime FROM harvest_fair_mode(p_queue) m;
+        IF v_conf THEN
+            PERFORM harvest_fair_held_fold(p_queue, v_two);
+        END IF;
     END IF;
-    v_bulk := p_aging = 0
+    v_bulk := p_aging = 0 AND NOT (p_fair AND (v_two OR v_runtime))
         AND NOT (p_worker <> '' AND EXISTS (
             SELECT 1 FROM tasks x
             WHERE x.queue = p_queue AND x.state = 'pending' AND x.sticky_worker = p_worker

@@ -10,6 +10,14 @@
 -- the queue take turns on the queue's lock), all short, and skipping would
 -- let the claim take a row the fair order puts later. The ordinary claim is
 -- the plain first unlocked row of the seek index, as without fairness.
+--
+-- A queue's fairness modes (queue_fairness) change the fair claim: in a
+-- two-level queue the keys are compared by their group's lag among the
+-- groups first (fair_groups, clock fair_queues.group_clock), then by their
+-- own lag against the group's key clock (2g, and the extra terms of 1 and
+-- 2d); in a queue charged by runtime a claim costs the key's runtime
+-- estimate instead of 1, and the row records it (charged_secs) for the
+-- settlement when the attempt ends (harvest_task_held).
 CREATE OR REPLACE FUNCTION harvest_claim_step(p_queue text, p_worker text, p_now timestamptz, p_fair boolean,
                                               p_aging integer, p_lease interval, p_task_id bigint)
 RETURNS harvest_claimed
@@ -25,6 +33,10 @@ DECLARE
     v_ref     jsonb := '[]';
     v_nref    integer := 0;
     v_clock   double precision;
+    v_gclock  double precision := 0;
+    v_two     boolean := false;
+    v_runtime boolean := false;
+    v_cost    double precision := 1;
     v_lag     double precision;
     v_sort    boolean := false;
     v_lag_set boolean;
@@ -45,6 +57,10 @@ DECLARE
 BEGIN
     IF p_fair THEN
         v_clock := harvest_clock(p_queue);
+        SELECT m.two_level, m.runtime INTO v_two, v_runtime FROM harvest_fair_mode(p_queue) m;
+        IF v_two THEN
+            SELECT coalesce(max(q.group_clock), 0) INTO v_gclock FROM fair_queues q WHERE q.queue = p_queue;
+        END IF;
     END IF;
     LOOP
         r_task := NULL;
@@ -62,11 +78,15 @@ BEGIN
             IF p_worker <> '' THEN
                 SELECT x.* INTO r_task FROM tasks x
                 LEFT JOIN fair_state f ON p_fair AND f.queue = x.queue AND f.key = x.fairness_key AND f.charged_at IS NOT NULL
+                LEFT JOIN fair_groups g ON v_two AND g.queue = x.queue AND g.grp = split_part(x.fairness_key, '/', 1)
                 WHERE x.queue = p_queue AND x.state = 'pending' AND x.sticky_worker = p_worker
                   AND x.sticky_until > v_now AND x.due_at <= v_due_cut
                   AND x.quota_key <> ALL (v_excl)
                 ORDER BY x.priority + CASE WHEN p_aging > 0 THEN harvest_us(v_now, x.due_at) / (p_aging::bigint * 1000000) ELSE 0 END DESC,
-                         CASE WHEN f.pass IS NULL THEN 0 ELSE greatest(f.pass, v_clock) - v_clock END,
+                         CASE WHEN g.pass IS NULL THEN 0 ELSE greatest(g.pass, v_gclock) - v_gclock END,
+                         CASE WHEN f.pass IS NULL THEN 0
+                              WHEN v_two THEN greatest(f.pass, coalesce(g.key_clock, 0)) - coalesce(g.key_clock, 0)
+                              ELSE greatest(f.pass, v_clock) - v_clock END,
                          x.continuation DESC, x.due_at, x.id
                 LIMIT 1
                 FOR UPDATE OF x SKIP LOCKED;
@@ -171,13 +191,47 @@ BEGIN
                 EXECUTE $sql$
                     SELECT x.id FROM tasks x
                     LEFT JOIN fair_state f ON f.queue = x.queue AND f.key = x.fairness_key AND f.charged_at IS NOT NULL
+                    LEFT JOIN fair_groups g ON $7 AND g.queue = x.queue AND g.grp = split_part(x.fairness_key, '/', 1)
                     WHERE x.queue = $1 AND x.state = 'pending' AND x.due_at <= $5
                       AND x.quota_key <> ALL ($4)
                     ORDER BY x.priority + CASE WHEN $3 > 0 THEN harvest_us($2, x.due_at) / ($3::bigint * 1000000) ELSE 0 END DESC,
-                             CASE WHEN f.pass IS NULL THEN 0 ELSE greatest(f.pass, $6) - $6 END,
+                             CASE WHEN g.pass IS NULL THEN 0 ELSE greatest(g.pass, $8) - $8 END,
+                             CASE WHEN f.pass IS NULL THEN 0
+                                  WHEN $7 THEN greatest(f.pass, coalesce(g.key_clock, 0)) - coalesce(g.key_clock, 0)
+                                  ELSE greatest(f.pass, $6) - $6 END,
                              x.continuation DESC, x.due_at, x.id
                     LIMIT 1
-                    $sql$ INTO v_cand USING p_queue, v_now, p_aging, v_excl, v_due_cut, v_clock;
+                    $sql$ INTO v_cand USING p_queue, v_now, p_aging, v_excl, v_due_cut, v_clock, v_two, v_gclock;
+            ELSIF v_two THEN
+                -- 2g. Two-level: each key's first row that no refusal
+                -- excluded, read from its index, compared by priority,
+                -- then the group's lag among the groups, then the key's
+                -- lag against its group's key clock. One index descent per
+                -- key with work: the cost of this mode grows with the keys.
+                v_cand := (
+                    SELECT h.id FROM fair_state f
+                    LEFT JOIN fair_groups g ON g.queue = f.queue AND g.grp = split_part(f.key, '/', 1)
+                    CROSS JOIN LATERAL (
+                        SELECT y.id, y.priority, y.continuation, y.due_at FROM tasks y
+                        WHERE y.queue = f.queue AND y.fairness_key = f.key AND y.state = 'pending'
+                          AND y.due_at <= v_due_cut AND y.quota_key <> ALL (v_excl)
+                        ORDER BY y.priority DESC, y.continuation DESC, y.due_at, y.id
+                        LIMIT 1) h
+                    WHERE f.queue = p_queue AND f.head_id IS NOT NULL
+                    ORDER BY h.priority DESC,
+                             CASE WHEN g.pass IS NULL THEN 0 ELSE greatest(g.pass, v_gclock) - v_gclock END,
+                             CASE WHEN f.pass IS NULL THEN 0
+                                  ELSE greatest(f.pass, coalesce(g.key_clock, 0)) - coalesce(g.key_clock, 0) END,
+                             h.continuation DESC, h.due_at, h.id
+                    LIMIT 1);
+                IF v_cand IS NULL AND EXISTS (SELECT 1 FROM tasks y
+                        WHERE y.queue = p_queue AND y.state = 'pending' AND y.due_at <= v_due_cut
+                          AND y.quota_key <> ALL (v_excl)) THEN
+                    -- Due work of a key without a head (a lost summary):
+                    -- the sort serves it.
+                    v_sort := true;
+                    CONTINUE;
+                END IF;
             ELSIF cardinality(v_excl) > 0 THEN
                 -- 2e. Fair after a refusal: a refused quota key can hide
                 -- rows inside a key, so each key's first row that is not
@@ -281,7 +335,14 @@ BEGIN
             RETURN r_out;
         END IF;
 
-        IF p_fair AND NOT v_lag_set THEN
+        IF p_fair AND NOT v_lag_set AND v_two THEN
+            SELECT CASE WHEN f.pass IS NULL THEN 0
+                        ELSE greatest(f.pass, coalesce(g.key_clock, 0)) - coalesce(g.key_clock, 0) END INTO v_lag
+            FROM fair_state f
+            LEFT JOIN fair_groups g ON g.queue = f.queue AND g.grp = split_part(f.key, '/', 1)
+            WHERE f.queue = p_queue AND f.key = r_task.fairness_key;
+            v_lag := coalesce(v_lag, 0);
+        ELSIF p_fair AND NOT v_lag_set THEN
             SELECT CASE WHEN f.pass IS NULL THEN 0 ELSE greatest(f.pass, v_clock) - v_clock END INTO v_lag
             FROM fair_state f WHERE f.queue = p_queue AND f.key = r_task.fairness_key;
             v_lag := coalesce(v_lag, 0);
@@ -338,14 +399,22 @@ BEGIN
             CONTINUE;
         END IF;
 
-        -- 4. Lease the row (database clock) and mark the run running.
+        -- 4. Lease the row (database clock) and mark the run running. In a
+        -- queue charged by runtime a fair claim bills the key's estimate
+        -- (1 s until one of its attempts has ended) and the row keeps it.
+        IF p_fair AND v_runtime THEN
+            SELECT f.held_est INTO v_cost FROM fair_state f
+            WHERE f.queue = p_queue AND f.key = r_task.fairness_key AND f.charged_at IS NOT NULL;
+            v_cost := coalesce(v_cost, 1);
+        END IF;
         UPDATE tasks SET
             state            = 'running',
             attempt          = attempt + 1,
             lease_token      = gen_random_uuid(),
             lease_expires_at = now() + p_lease,
             claimed_by       = p_worker,
-            claimed_at       = clock_timestamp()
+            claimed_at       = clock_timestamp(),
+            charged_secs     = CASE WHEN p_fair AND v_runtime THEN v_cost END
         WHERE id = r_task.id
         RETURNING * INTO r_task;
         UPDATE runs SET
@@ -359,7 +428,7 @@ BEGIN
         -- 5. Charge the key (fair claims only); the key's head moves on when
         -- this row was it.
         IF p_fair THEN
-            PERFORM harvest_charge(p_queue, r_task.fairness_key, v_now, r_task.id, v_clock);
+            PERFORM harvest_charge(p_queue, r_task.fairness_key, v_now, r_task.id, v_clock, v_cost, v_two);
         END IF;
 
         r_out := ROW('ok', v_lag, v_ref, r_task.id, r_task.run_pk, r_task.queue, r_task.fairness_key,

@@ -6,6 +6,10 @@
 -- inside the window loses all its rows. Returns the rows with fairness
 -- state deleted; rows that only held a head go silently.
 --
+-- A two-level queue keeps every row until it is idle: a group's key clock
+-- is the largest start of its keys, and pruning one would have to find the
+-- next. An idle queue loses its group rows with its key rows.
+--
 -- The real prune holds the queue's fair lock. With p_preview the same
 -- statement runs on a temporary copy of the queue's rows and takes no lock,
 -- so a claim never waits for a preview. p_now NULL means the database clock.
@@ -14,8 +18,17 @@ RETURNS TABLE (queue text, key text)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_target text := 'public.fair_state';
+    v_idle   boolean;
 BEGIN
     p_now := coalesce(p_now, now());
+    IF NOT p_preview THEN
+        PERFORM harvest_queue_lock(p_queue);
+    END IF;
+    v_idle := coalesce((SELECT max(g.charged_at) FROM fair_state g WHERE g.queue = p_queue), '-infinity') <= p_now - p_window
+              AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = p_queue AND x.state IN ('pending', 'scheduled'));
+    IF NOT v_idle AND (SELECT m.two_level FROM harvest_fair_mode(p_queue) m) THEN
+        RETURN;
+    END IF;
     IF p_preview THEN
         IF to_regclass('pg_temp.harvest_prune_preview') IS NOT NULL THEN
             DROP TABLE pg_temp.harvest_prune_preview;
@@ -23,8 +36,6 @@ BEGIN
         CREATE TEMP TABLE harvest_prune_preview ON COMMIT DROP AS
             SELECT * FROM fair_state f WHERE f.queue = p_queue;
         v_target := 'pg_temp.harvest_prune_preview';
-    ELSE
-        PERFORM harvest_queue_lock(p_queue);
     END IF;
     -- The clock row is found by reading the queue's rows: prune is rare,
     -- and an index on last_start would be rewritten by every charge.
@@ -55,6 +66,9 @@ BEGIN
     -- An idle queue lost every row: its clock starts over.
     IF NOT p_preview AND NOT EXISTS (SELECT 1 FROM fair_state f WHERE f.queue = p_queue AND f.charged_at IS NOT NULL) THEN
         DELETE FROM fair_queues q WHERE q.queue = p_queue;
+    END IF;
+    IF NOT p_preview AND v_idle THEN
+        DELETE FROM fair_groups g WHERE g.queue = p_queue;
     END IF;
 END
 $$;

@@ -21,7 +21,9 @@ BEGIN
             lease_token      = gen_random_uuid(),
             lease_expires_at = now() + p_lease,
             claimed_by       = p_worker,
-            claimed_at       = v_at + (p.ord - 1) * interval '1 microsecond'
+            claimed_at       = v_at + (p.ord - 1) * interval '1 microsecond',
+            -- These steps bill 1 per row or nothing: no runtime to settle.
+            charged_secs     = NULL
         FROM p WHERE t.id = p.id
         RETURNING t.*, p.ord, p.lag
     ), r AS (
