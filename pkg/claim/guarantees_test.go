@@ -17,6 +17,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/fairkeys"
 )
 
 // The guarantees of the fair claim (pkg/fairkeys) under real concurrency:
@@ -239,6 +240,15 @@ func (f *fleet) order() []claimedTask {
 		}
 	}
 	return out
+}
+
+// groupPending counts the pending tasks of a group's keys.
+func (f *fleet) groupPending(group string) int {
+	f.t.Helper()
+	var n int
+	require.NoError(f.t, f.db().QueryRow(f.ctx, `SELECT count(*) FROM tasks
+		WHERE queue = 'q' AND state = 'pending' AND split_part(fairness_key, '/', 1) = $1`, group).Scan(&n))
+	return n
 }
 
 // setWeight sets an override as the weight API would.
@@ -485,4 +495,76 @@ func checkWeightsFrom(t *testing.T, got []claimedTask, a string, wa float64, b s
 	}
 	t.Logf("after the return: %s %d, %s %d, %s ahead by at most %.3f (bound %.3f)", a, na, b, nb, a, hi, 1/wa+1/wb)
 	require.LessOrEqual(t, hi, 1/wa+1/wb+1e-9, "the returning key got a burst")
+}
+
+// Two-level: a tenant starting under 20 keys and a tenant under one share
+// the queue by their group weights, within the pair bound of the groups,
+// while noise keys (groups of their own) start and cancel beside them.
+func TestGuaranteeTwoLevelHoldsAtConcurrency(t *testing.T) {
+	t.Parallel()
+	atEachClaimerCount(t, func(t *testing.T, c int, f *fleet) {
+		_, err := f.db().Exec(f.ctx, `SELECT harvest_queue_fairness_set('q', true, NULL, 'test')`)
+		require.NoError(t, err)
+		_, err = f.db().Exec(f.ctx, `SELECT harvest_group_weight_set('q', 'many', 2, 'test')`)
+		require.NoError(t, err)
+		for i := range 20 {
+			f.add(fmt.Sprintf("many/k%d", i), 0, 40)
+		}
+		f.add("one", 0, 400)
+		f.loops(c, 8, []string{"n1", "n2"}, func() bool {
+			return f.pending("one") == 0 || f.groupPending("many") == 0
+		})
+		got := f.order()
+		for i := range got {
+			got[i].key = fairkeys.GroupOf(got[i].key)
+		}
+		checkWeights(t, got, "many", 2, "one", 1)
+	})
+}
+
+// Charged by runtime (and two-level), every attempt that ended is settled
+// exactly once: one fair_held row per claim taken, whatever the claimers,
+// batches and noise, and none left once a last claim has folded them.
+func TestGuaranteeRuntimeSettlesOnceAtConcurrency(t *testing.T) {
+	t.Parallel()
+	atEachClaimerCount(t, func(t *testing.T, c int, f *fleet) {
+		_, err := f.db().Exec(f.ctx, `SELECT harvest_queue_fairness_set('q', true, 'runtime', 'test')`)
+		require.NoError(t, err)
+		// Every settlement row ever written, though the claims fold them
+		// away as they go.
+		_, err = f.db().Exec(f.ctx, `CREATE TABLE test_held_log (task_id bigint);
+			CREATE FUNCTION test_held_log() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN INSERT INTO test_held_log VALUES (NEW.task_id); RETURN NULL; END $$;
+			CREATE TRIGGER test_held_log AFTER INSERT ON fair_held FOR EACH ROW EXECUTE FUNCTION test_held_log();`)
+		require.NoError(t, err)
+		f.add("a/1", 0, 200)
+		f.add("a/2", 0, 200)
+		f.add("b", 0, 200)
+		f.loops(c, 8, []string{"n1"}, func() bool { return f.pending("b") == 0 })
+		got := f.order()
+		var ids []int64
+		for _, x := range got {
+			ids = append(ids, x.id)
+		}
+		var logged []int64
+		rows, err := f.db().Query(f.ctx, `SELECT task_id FROM test_held_log ORDER BY task_id`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var id int64
+			require.NoError(t, rows.Scan(&id))
+			logged = append(logged, id)
+		}
+		require.NoError(t, rows.Err())
+		slices.Sort(ids)
+		require.Equal(t, ids, logged, "one settlement row for each claim taken, and no other")
+		var billed int64
+		require.NoError(t, f.db().QueryRow(f.ctx, `SELECT count(*) FROM tasks WHERE charged_secs IS NOT NULL AND attempt > 0`).Scan(&billed))
+		require.Equal(t, int64(len(got)), billed, "every fair claim billed an estimate")
+		// One more fair claim folds whatever is left.
+		_, err = claim.Claim(f.ctx, f.db(), claim.Request{Queue: "q", Worker: "w", Fair: true, Lease: time.Hour})
+		require.NoError(t, err)
+		var left int
+		require.NoError(t, f.db().QueryRow(f.ctx, `SELECT count(*) FROM fair_held`).Scan(&left))
+		require.Zero(t, left)
+	})
 }
