@@ -9,8 +9,14 @@ import (
 // The Go benchmarks measure one claim (one statement, autocommit) over a
 // skewed backlog of 50,000 rows: one key with 90%, 500 light keys. For the
 // full matrix use `harvest-bench claim` (docs/benchmarks.md).
-func benchClaim(b *testing.B, fair bool, aging int) {
+//
+// modes, when not empty, sets the queue's fairness modes first
+// (harvest_queue_fairness_set's two_level and charge).
+func benchClaim(b *testing.B, fair bool, aging int, modes ...any) {
 	tb := setup(b)
+	if len(modes) == 2 {
+		tb.exec(`SELECT harvest_queue_fairness_set('q', $1, $2, 'bench')`, modes...)
+	}
 	// The fill skips the arrival record and builds the heads once, as
 	// `harvest-bench claim` does; claims then see a settled queue.
 	tb.exec(`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`)
@@ -33,7 +39,7 @@ func benchClaim(b *testing.B, fair bool, aging int) {
 		}
 		if !r.OK {
 			b.StopTimer()
-			tb.exec(`UPDATE tasks SET state = 'pending' WHERE state = 'running'`)
+			tb.exec(`UPDATE tasks SET state = 'pending', charged_secs = NULL WHERE state = 'running'`)
 			b.StartTimer()
 		}
 	}
@@ -43,3 +49,9 @@ func BenchmarkClaimFair(b *testing.B)           { benchClaim(b, true, 0) }
 func BenchmarkClaimOrdinary(b *testing.B)       { benchClaim(b, false, 0) }
 func BenchmarkClaimFairAgeing(b *testing.B)     { benchClaim(b, true, 60) }
 func BenchmarkClaimOrdinaryAgeing(b *testing.B) { benchClaim(b, false, 60) }
+
+// The modes: two-level compares every key with work on each claim (here
+// 501), runtime bills an estimate (each claim's row stays running, so
+// nothing is settled here).
+func BenchmarkClaimFairTwoLevel(b *testing.B) { benchClaim(b, true, 0, true, "claims") }
+func BenchmarkClaimFairRuntime(b *testing.B)  { benchClaim(b, true, 0, false, "runtime") }

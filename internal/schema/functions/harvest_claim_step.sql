@@ -14,8 +14,8 @@
 -- A queue's fairness modes (queue_fairness) change the fair claim: in a
 -- two-level queue the keys are compared by their group's lag among the
 -- groups first (fair_groups, clock fair_queues.group_clock), then by their
--- own lag against the group's key clock (2g, and the extra terms of 1 and
--- 2d); in a queue charged by runtime a claim costs the key's runtime
+-- own lag against the group's key clock (2g, 2h, and the extra terms of
+-- 1 and 2d); in a queue charged by runtime a claim costs the key's runtime
 -- estimate instead of 1, and the row records it (charged_secs) for the
 -- settlement when the attempt ends (harvest_task_held).
 CREATE OR REPLACE FUNCTION harvest_claim_step(p_queue text, p_worker text, p_now timestamptz, p_fair boolean,
@@ -78,7 +78,8 @@ BEGIN
             IF p_worker <> '' THEN
                 SELECT x.* INTO r_task FROM tasks x
                 LEFT JOIN fair_state f ON p_fair AND f.queue = x.queue AND f.key = x.fairness_key AND f.charged_at IS NOT NULL
-                LEFT JOIN fair_groups g ON v_two AND g.queue = x.queue AND g.grp = split_part(x.fairness_key, '/', 1)
+                LEFT JOIN LATERAL (SELECT g0.pass, g0.key_clock FROM fair_groups g0
+                                   WHERE v_two AND g0.queue = x.queue AND g0.grp = split_part(x.fairness_key, '/', 1) LIMIT 1) g ON true
                 WHERE x.queue = p_queue AND x.state = 'pending' AND x.sticky_worker = p_worker
                   AND x.sticky_until > v_now AND x.due_at <= v_due_cut
                   AND x.quota_key <> ALL (v_excl)
@@ -191,7 +192,8 @@ BEGIN
                 EXECUTE $sql$
                     SELECT x.id FROM tasks x
                     LEFT JOIN fair_state f ON f.queue = x.queue AND f.key = x.fairness_key AND f.charged_at IS NOT NULL
-                    LEFT JOIN fair_groups g ON $7 AND g.queue = x.queue AND g.grp = split_part(x.fairness_key, '/', 1)
+                    LEFT JOIN LATERAL (SELECT g0.pass, g0.key_clock FROM fair_groups g0
+                                   WHERE $7 AND g0.queue = x.queue AND g0.grp = split_part(x.fairness_key, '/', 1) LIMIT 1) g ON true
                     WHERE x.queue = $1 AND x.state = 'pending' AND x.due_at <= $5
                       AND x.quota_key <> ALL ($4)
                     ORDER BY x.priority + CASE WHEN $3 > 0 THEN harvest_us($2, x.due_at) / ($3::bigint * 1000000) ELSE 0 END DESC,
@@ -202,15 +204,14 @@ BEGIN
                              x.continuation DESC, x.due_at, x.id
                     LIMIT 1
                     $sql$ INTO v_cand USING p_queue, v_now, p_aging, v_excl, v_due_cut, v_clock, v_two, v_gclock;
-            ELSIF v_two THEN
-                -- 2g. Two-level: each key's first row that no refusal
-                -- excluded, read from its index, compared by priority,
-                -- then the group's lag among the groups, then the key's
-                -- lag against its group's key clock. One index descent per
-                -- key with work: the cost of this mode grows with the keys.
+            ELSIF v_two AND cardinality(v_excl) > 0 THEN
+                -- 2h. Two-level after a refusal: each key's first row that
+                -- no refusal excluded, read from its index (one descent per
+                -- key with work), compared as in 2g.
                 v_cand := (
                     SELECT h.id FROM fair_state f
-                    LEFT JOIN fair_groups g ON g.queue = f.queue AND g.grp = split_part(f.key, '/', 1)
+                    LEFT JOIN LATERAL (SELECT g0.pass, g0.key_clock FROM fair_groups g0
+                                   WHERE g0.queue = f.queue AND g0.grp = split_part(f.key, '/', 1) LIMIT 1) g ON true
                     CROSS JOIN LATERAL (
                         SELECT y.id, y.priority, y.continuation, y.due_at FROM tasks y
                         WHERE y.queue = f.queue AND y.fairness_key = f.key AND y.state = 'pending'
@@ -229,6 +230,45 @@ BEGIN
                           AND y.quota_key <> ALL (v_excl)) THEN
                     -- Due work of a key without a head (a lost summary):
                     -- the sort serves it.
+                    v_sort := true;
+                    CONTINUE;
+                END IF;
+            ELSIF v_two THEN
+                -- 2g. Two-level: the keys' heads compared by priority, then
+                -- the group's lag among the groups, then the key's lag
+                -- against its group's key clock. Every key with work is
+                -- read (no index orders by the group's lag), so a claim
+                -- costs in proportion to the queue's keys. The head is
+                -- checked and repaired as in 2f.
+                SELECT f.* INTO r_k FROM fair_state f
+                LEFT JOIN LATERAL (SELECT g0.pass, g0.key_clock FROM fair_groups g0
+                                   WHERE g0.queue = f.queue AND g0.grp = split_part(f.key, '/', 1) LIMIT 1) g ON true
+                WHERE f.queue = p_queue AND f.head_id IS NOT NULL
+                ORDER BY f.head_prio DESC,
+                         CASE WHEN g.pass IS NULL THEN 0 ELSE greatest(g.pass, v_gclock) - v_gclock END,
+                         CASE WHEN f.pass IS NULL THEN 0
+                              ELSE greatest(f.pass, coalesce(g.key_clock, 0)) - coalesce(g.key_clock, 0) END,
+                         f.head_cont DESC, f.head_due, f.head_id
+                LIMIT 1;
+                IF r_k.key IS NOT NULL THEN
+                    IF r_k.head_due > v_due_cut THEN
+                        v_sort := true;
+                        CONTINUE;
+                    END IF;
+                    SELECT * INTO r_task FROM tasks x
+                    WHERE x.id = r_k.head_id AND x.state = 'pending' AND x.queue = p_queue
+                      AND x.fairness_key = r_k.key AND x.priority = r_k.head_prio
+                      AND x.continuation = r_k.head_cont AND x.due_at = r_k.head_due
+                    FOR UPDATE;
+                    IF r_task.id IS NULL THEN
+                        SELECT * INTO r_head FROM harvest_key_head(p_queue, r_k.key, r_k.head_prio, r_k.head_cont,
+                                                                   r_k.head_due, r_k.head_id);
+                        UPDATE fair_state SET head_id = r_head.head_id, head_prio = r_head.head_prio,
+                                              head_cont = r_head.head_cont, head_due = r_head.head_due
+                        WHERE queue = p_queue AND key = r_k.key;
+                        CONTINUE;
+                    END IF;
+                ELSIF EXISTS (SELECT 1 FROM tasks y WHERE y.queue = p_queue AND y.state = 'pending') THEN
                     v_sort := true;
                     CONTINUE;
                 END IF;
@@ -339,7 +379,8 @@ BEGIN
             SELECT CASE WHEN f.pass IS NULL THEN 0
                         ELSE greatest(f.pass, coalesce(g.key_clock, 0)) - coalesce(g.key_clock, 0) END INTO v_lag
             FROM fair_state f
-            LEFT JOIN fair_groups g ON g.queue = f.queue AND g.grp = split_part(f.key, '/', 1)
+            LEFT JOIN LATERAL (SELECT g0.pass, g0.key_clock FROM fair_groups g0
+                                   WHERE g0.queue = f.queue AND g0.grp = split_part(f.key, '/', 1) LIMIT 1) g ON true
             WHERE f.queue = p_queue AND f.key = r_task.fairness_key;
             v_lag := coalesce(v_lag, 0);
         ELSIF p_fair AND NOT v_lag_set THEN
