@@ -30,6 +30,7 @@ import (
 //	GET    /v1/queues/{queue}/keys                 weights:read
 //	POST   /v1/queues/{queue}/pause                weights:write
 //	POST   /v1/queues/{queue}/resume               weights:write
+//	the fairness modes and group weights           (fairnessRoutes)
 //	GET    /v1/audit                               config:read
 //	GET    /v1/admission                           config:read
 //	PUT    /v1/admission                           config:write
@@ -52,6 +53,7 @@ func (g *Gateway) adminRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/admission", g.operator(auth.ConfigRead, g.httpGetAdmission))
 	mux.HandleFunc("PUT /v1/admission", g.httpPutAdmission)
 	mux.HandleFunc("GET /v1/usage", g.authed(auth.RunsRead, g.httpUsage))
+	g.fairnessRoutes(mux)
 }
 
 // principal authenticates the bearer token: 401 (with WWW-Authenticate)

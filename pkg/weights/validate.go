@@ -89,6 +89,10 @@ func DecodeQuotaBody(r io.Reader) (Quota, error) {
 	return q, q.Validate()
 }
 
+// DecodeStrict decodes one JSON value into v, refusing unknown fields, and
+// returns an *api.Error (400) naming the field at fault.
+func DecodeStrict(r io.Reader, v any) error { return decodeStrict(r, v) }
+
 func decodeStrict(r io.Reader, v any) error {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
