@@ -286,6 +286,10 @@ func printRun(e env, run api.Run, asJSON bool) error {
 	fmt.Fprintf(e.stdout, "run       %s\ntenant    %s\nworkflow  %s\nqueue     %s (shard %d, key %q)\nstatus    %s\nattempts  %d\n",
 		run.ID, run.Tenant, run.Name, run.Queue, run.Shard, run.FairnessKey, run.Status, run.Attempts)
 	fmt.Fprintf(e.stdout, "created   %s\n", run.CreatedAt.Format(time.RFC3339Nano))
+	if run.Waiting != nil {
+		// Why a queued run is not running yet, as GET /v1/runs/{id} says.
+		fmt.Fprintf(e.stdout, "waiting   %s: %s\n", run.Waiting.Reason, run.Waiting.Summary())
+	}
 	if run.ClaimedAt != nil {
 		fmt.Fprintf(e.stdout, "claimed   %s (waited %s)\n", run.ClaimedAt.Format(time.RFC3339Nano),
 			run.ClaimedAt.Sub(run.CreatedAt.Time).Round(time.Millisecond))

@@ -709,3 +709,28 @@ func TestClaimShares(t *testing.T) {
 		require.ErrorContains(t, err, c.field)
 	}
 }
+
+// A queued run's page data says why it waits; a running one's does not.
+func TestInspectWaiting(t *testing.T) {
+	t.Parallel()
+	ctx, dbs := setup(t, 1)
+	db := dbs[0]
+	pk := addRun(t, db, run{id: "q1", tenant: "acme", queue: "q"})
+	addTask(t, db, task{runPK: pk, state: "pending"})
+	d, err := console.Inspect(ctx, db, 0, "acme", "q1")
+	require.NoError(t, err)
+	require.NotNil(t, d.Run.Waiting)
+	require.Equal(t, api.WaitNoWorker, d.Run.Waiting.Reason, "no worker announced queue q")
+
+	_, err = db.Exec(ctx, `INSERT INTO worker_presence (worker, queue, live_until) VALUES ('w1', 'q', now() + interval '1 minute')`)
+	require.NoError(t, err)
+	d, err = console.Inspect(ctx, db, 0, "acme", "q1")
+	require.NoError(t, err)
+	require.Equal(t, api.WaitNext, d.Run.Waiting.Reason)
+
+	rpk := addRun(t, db, run{id: "r1", tenant: "acme", queue: "q", status: api.StatusRunning})
+	addTask(t, db, task{runPK: rpk, state: "running", worker: "w1", claimedAgo: time.Second})
+	d, err = console.Inspect(ctx, db, 0, "acme", "r1")
+	require.NoError(t, err)
+	require.Nil(t, d.Run.Waiting)
+}

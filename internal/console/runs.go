@@ -334,7 +334,8 @@ type taskRow struct {
 }
 
 // Inspect reads one run of tenant on db (shard is its index) with its
-// tasks: runstore.ErrNotFound when the shard has no such run. The tasks
+// tasks and, while it is queued or deferred, why it waits (Run.Waiting,
+// runstore.Waiting): runstore.ErrNotFound when the shard has no such run. The tasks
 // listed are the run's newest 200 (oldest of them first), so that a long
 // chain of continuations still shows its live task.
 func Inspect(ctx context.Context, db *pgxpool.Pool, shard int, tenant, id string) (RunDetail, error) {
@@ -380,6 +381,14 @@ func Inspect(ctx context.Context, db *pgxpool.Pool, shard int, tenant, id string
 			task.ClaimedBy = *t.ClaimedBy
 		}
 		d.Tasks = append(d.Tasks, task)
+	}
+	// Why a run that waits to be claimed waits, as GET /v1/runs/{id} says.
+	if st := d.Run.Status; st == api.StatusQueued || st == api.StatusDeferred {
+		w, err := runstore.Waiting(ctx, db, tenant, id)
+		if err != nil && !errors.Is(err, runstore.ErrNotFound) {
+			return RunDetail{}, fmt.Errorf("console: why the run waits: %w", err)
+		}
+		d.Run.Waiting = w
 	}
 	return d, nil
 }

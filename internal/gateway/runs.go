@@ -19,16 +19,27 @@ import (
 // event (under the id asked for and under the run's own id, when a
 // debounce or batch start's id was asked for) and rereads every WaitPoll
 // besides, so a lost event costs at most one poll.
+//
+// The answer of a run that waits to be claimed (queued, or deferred)
+// carries Waiting, why it waits (runstore.Waiting), read from the shard
+// that answered. A long poll reads it only for its last answer, not for
+// each poll. A failure to read it is logged and leaves it out: the run
+// itself was read.
 func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Duration) (api.Run, *api.Error) {
-	read := func(ctx context.Context) (api.Run, *api.Error) {
+	readOnce := func(ctx context.Context, explain bool) (api.Run, *api.Error) {
 		run, shard, err := g.readMoving(ctx, tenant, func(ctx context.Context, shard int) (api.Run, error) {
-			return deferred.Get(ctx, g.shards[shard], tenant, id, shard)
+			run, err := deferred.Get(ctx, g.shards[shard], tenant, id, shard)
+			if err == nil && explain {
+				g.fillWaiting(ctx, shard, &run)
+			}
+			return run, err
 		})
 		if err != nil {
 			return api.Run{}, g.apiError(err, shard, "read run")
 		}
 		return run, nil
 	}
+	read := func(ctx context.Context) (api.Run, *api.Error) { return readOnce(ctx, true) }
 	if wait <= 0 {
 		return read(ctx)
 	}
@@ -61,7 +72,7 @@ func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Durat
 	poll := time.NewTicker(g.cfg.WaitPoll)
 	defer poll.Stop()
 	for {
-		run, e := read(ctx)
+		run, e := readOnce(ctx, false)
 		if e != nil || run.Status.Final() {
 			return run, e
 		}
@@ -79,6 +90,27 @@ func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Durat
 			return run, nil
 		}
 	}
+}
+
+// fillWaiting sets run.Waiting when the run waits to be claimed: queued,
+// or deferred (the run of a deferred start, by its own id). Only the read
+// of one run asks it; listings stay cheap.
+func (g *Gateway) fillWaiting(ctx context.Context, shard int, run *api.Run) {
+	if run.Status != api.StatusQueued && run.Status != api.StatusDeferred {
+		return
+	}
+	runID := run.ID
+	if run.RunID != "" {
+		runID = run.RunID
+	}
+	w, err := runstore.Waiting(ctx, g.shards[shard], run.Tenant, runID)
+	if err != nil {
+		if !errors.Is(err, runstore.ErrNotFound) && ctx.Err() == nil {
+			g.log.Warn("cannot tell why a run waits", "shard", shard, "err", err)
+		}
+		return
+	}
+	run.Waiting = w
 }
 
 // listRuns returns a page of the tenant's runs from its home shard. While

@@ -113,6 +113,9 @@ func TestGetRunAndWait(t *testing.T) {
 	// Ids with a slash and a space survive the path.
 	got, err := c.Get(b.ctx, "w/1 x")
 	require.NoError(t, err)
+	require.NotNil(t, got.Waiting, "GET says why a queued run waits")
+	require.Equal(t, api.WaitNoWorker, got.Waiting.Reason)
+	got.Waiting = nil
 	require.Equal(t, st.Run, got)
 	status, _ := b.call(t, "GET", "/v1/runs/"+url.PathEscape("w/1 x"), secretB, nil)
 	require.Equal(t, 404, status, "another tenant's run is not found")

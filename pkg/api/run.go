@@ -49,4 +49,7 @@ type Run struct {
 	RunID string `json:"run_id,omitempty"`
 	// DeferMode is set with RunID: throttle, debounce or batch.
 	DeferMode DeferMode `json:"defer_mode,omitempty"`
+	// Waiting says why a queued or deferred run is not running yet; only
+	// GET /v1/runs/{id} fills it (see RunWaiting).
+	Waiting *RunWaiting `json:"waiting,omitempty"`
 }

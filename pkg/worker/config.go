@@ -65,6 +65,9 @@ type Config struct {
 	RetryMax  time.Duration
 	// ID is recorded on claimed tasks (empty: DefaultID).
 	ID string
+	// PresenceInterval is how often the worker renews its presence rows,
+	// which say it serves its queues (0: DefaultPresenceInterval).
+	PresenceInterval time.Duration
 
 	// RunJanitor runs the shard's maintenance (lease rescue, promotion,
 	// recount, retention, deferred starts) in this worker, every
@@ -205,6 +208,8 @@ func (c Config) Validate() error {
 		return invalid("HeartbeatInterval", "%s must be positive and shorter than the lease (%s)", c.HeartbeatInterval, c.Lease)
 	case c.ShutdownGrace < 0:
 		return invalid("ShutdownGrace", "%s must not be negative", c.ShutdownGrace)
+	case c.PresenceInterval < 0:
+		return invalid("PresenceInterval", "%s must not be negative", c.PresenceInterval)
 	case c.StickyFor < 0:
 		return invalid("StickyFor", "%s must not be negative", c.StickyFor)
 	case c.RetryBase <= 0:

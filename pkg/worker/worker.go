@@ -238,6 +238,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	var bg conc.WaitGroup
+	// Presence: announced before the worker is ready, renewed by one
+	// goroutine that ends with the claims, withdrawn after a clean stop.
+	w.announce(ctx)
+	bg.Go(func() { w.presence(claimCtx) })
 	if w.cfg.RunJanitor {
 		bg.Go(func() {
 			janitor.Run(claimCtx, w.db, janitorSettings(w.cfg.Janitor), w.cfg.JanitorInterval, w.log, w.janitorTick)
@@ -282,6 +286,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	bg.Wait()
+	w.withdraw(ctx)
 	w.log.Info("worker stopped")
 	return nil
 }
