@@ -86,8 +86,29 @@ func TestFairnessRoutes(t *testing.T) {
 		require.NotNil(t, s.OldWeight)
 		require.Equal(t, 3.0, *s.OldWeight)
 	}
-	status, body = b.call(t, http.MethodDelete, "/v1/queues/fq/group-weights/acme", secretRoot, nil)
-	require.Equal(t, http.StatusOK, status, "%s", body)
+	root := b.client(t, secretRoot)
+	gw, err := root.ClearGroupWeight(b.ctx, "fq", "acme")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, gw.Status())
+	for _, s := range gw.Shards {
+		require.Equal(t, 4.0, *s.OldWeight)
+	}
+	gw, err = root.SetGroupWeight(b.ctx, "fq", "globex", 2)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, gw.Status())
+	gw, err = root.ClearGroupWeight(b.ctx, "fq", "globex")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, gw.Status())
+	two := false
+	fr, err := root.SetQueueFairness(b.ctx, "fq", api.QueueFairnessRequest{TwoLevel: &two})
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, fr.Status())
+	fr, err = root.QueueFairness(b.ctx, "fq")
+	require.NoError(t, err)
+	for _, s := range fr.Shards {
+		require.False(t, s.Fairness.TwoLevel)
+		require.Equal(t, api.ChargeClaims, s.Fairness.Charge)
+	}
 
 	// Every change is audited on every shard, and the refusals too.
 	var refused int
@@ -106,7 +127,7 @@ func TestFairnessRoutes(t *testing.T) {
 		}
 		require.NoError(t, rows.Err())
 		require.Equal(t, []string{"queue.fairness:ok", "queue.fairness:ok", "group_weight.set:ok", "group_weight.set:ok",
-			"group_weight.clear:ok"}, actions)
+			"group_weight.clear:ok", "group_weight.set:ok", "group_weight.clear:ok", "queue.fairness:ok"}, actions)
 		var w float64
 		require.ErrorContains(t, db.QueryRow(b.ctx, `SELECT weight FROM group_weights WHERE queue = 'fq'`).Scan(&w), "no rows")
 	}
