@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,14 +13,17 @@ import (
 	"github.com/harvest-run/harvest/pkg/weights"
 )
 
-const queuesUsage = `queues <pause|resume> --queue Q [--json] [--timeout 10s]
+const queuesUsage = `queues <pause|resume|fairness> --queue Q [--json] [--timeout 10s]
 
   pause   --queue Q    workers stop claiming the queue's tasks on every shard;
                        starts are still accepted and wait
   resume  --queue Q    workers claim the queue again (they are woken at once)
+  fairness --queue Q [--two-level=true|false] [--charge claims|runtime]
+                       shows the queue's fairness modes on every shard, or
+                       sets those given (docs/fairness.md)
 
 When pause exits 0, no claim is still taking the queue's tasks on any shard.
-Both are audited and idempotent. They go to every shard in HARVEST_SHARDS, or
+All are audited and idempotent. They go to every shard in HARVEST_SHARDS, or
 through the gateway at HARVEST_GATEWAY_URL (with HARVEST_TOKEN, which needs
 weights:write) when it is set. 'harvest weights keys --queue Q' shows the
 pause. Exit codes: 0 every shard, 3 only some shards (send the same command
@@ -34,13 +38,21 @@ func runQueues(ctx context.Context, e env, args []string) error {
 		return usageError{Msg: "usage: harvest " + queuesUsage}
 	}
 	sub, args := args[0], args[1:]
-	if sub != "pause" && sub != "resume" {
-		return usageError{Msg: fmt.Sprintf("unknown subcommand %q: want pause or resume", sub)}
+	if sub != "pause" && sub != "resume" && sub != "fairness" {
+		return usageError{Msg: fmt.Sprintf("unknown subcommand %q: want pause, resume or fairness", sub)}
 	}
 	fs := newFlags(e, "queues "+sub, queuesUsage)
 	af := addAdminFlags(fs)
+	var twoLevel, charge *string
+	if sub == "fairness" {
+		twoLevel = fs.String("two-level", "", "true or false: share the queue among tenants first, then their keys")
+		charge = fs.String("charge", "", "claims (1 per claim) or runtime (the seconds a task holds a worker)")
+	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if sub == "fairness" {
+		return runQueueFairness(ctx, e, af, fs, *twoLevel, *charge)
 	}
 	if *af.queue == "" {
 		return usageError{Msg: "--queue is required"}
@@ -95,4 +107,68 @@ func printPause(e env, res api.QueuePauseResult) {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Shard, s.Outcome, state, note)
 	}
 	tw.Flush()
+}
+
+// runQueueFairness is 'harvest queues fairness': a read without
+// --two-level and --charge, else a change of those given.
+func runQueueFairness(ctx context.Context, e env, af adminFlags, fs *flag.FlagSet, twoLevel, charge string) error {
+	if *af.queue == "" {
+		return usageError{Msg: "--queue is required"}
+	}
+	if err := weights.ValidateQueue(*af.queue); err != nil {
+		return argError(err)
+	}
+	var req api.QueueFairnessRequest
+	if flagSet(fs, "two-level") {
+		on, err := strconv.ParseBool(twoLevel)
+		if err != nil {
+			return usageError{Msg: fmt.Sprintf("--two-level must be true or false, not %q", twoLevel)}
+		}
+		req.TwoLevel = &on
+	}
+	if flagSet(fs, "charge") {
+		req.Charge = &charge
+		if err := weights.ValidateFairness(req); err != nil {
+			return argError(err)
+		}
+	}
+	write := req.TwoLevel != nil || req.Charge != nil
+	b, err := openAdminBackend(ctx, *af.timeout, false)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	res, err := b.Fairness(ctx, cliActor(), *af.queue, req)
+	if err != nil {
+		return argError(err)
+	}
+	if *af.asJSON {
+		if err := writeJSON(e.stdout, res); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SHARD\tOUTCOME\tTWO-LEVEL\tCHARGE\tCHANGED BY\tMESSAGE")
+		for _, s := range res.Shards {
+			if s.Outcome != api.ShardOutcomeOK {
+				fmt.Fprintf(tw, "%d\t%s\t-\t-\t-\t%s\n", s.Shard, s.Outcome, s.Message)
+				continue
+			}
+			by := "-"
+			if s.Fairness.UpdatedAt != nil {
+				by = s.Fairness.UpdatedBy + " at " + s.Fairness.UpdatedAt.UTC().Format(time.RFC3339)
+			}
+			note := ""
+			if write && !s.Changed {
+				note = "unchanged"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%v\t%s\t%s\t%s\n", s.Shard, s.Outcome, s.Fairness.TwoLevel, s.Fairness.Charge, by, note)
+		}
+		tw.Flush()
+	}
+	msg := "no shard answered: try again when the shards are back"
+	if len(res.UnavailableShards) < len(res.Shards) {
+		msg = fmt.Sprintf("shards %s did not answer: send the same command again", ints(res.UnavailableShards))
+	}
+	return statusError(res.Status(), msg)
 }

@@ -44,5 +44,35 @@ func TestQueuesPauseAndResume(t *testing.T) {
 	require.Contains(t, errOut, "--queue is required")
 	code, _, errOut = run(t, both, "queues", "stop", "--queue", "orders")
 	require.Equal(t, 2, code)
-	require.Contains(t, errOut, "want pause or resume")
+	require.Contains(t, errOut, "want pause, resume or fairness")
+}
+
+// Not parallel: the commands read HARVEST_SHARDS through t.Setenv.
+func TestQueuesFairness(t *testing.T) {
+	a, b := testsvc.NewDBURL(t), testsvc.NewDBURL(t)
+	both := map[string]string{"HARVEST_SHARDS": a + "," + b}
+	partial := map[string]string{"HARVEST_SHARDS": a + "," + deadShard}
+
+	code, out, errOut := run(t, both, "queues", "fairness", "--queue", "orders")
+	require.Equal(t, 0, code, "stdout=%s stderr=%s", out, errOut)
+	require.Regexp(t, `1\s+ok\s+false\s+claims\s+-`, out)
+
+	code, out, errOut = run(t, both, "queues", "fairness", "--queue", "orders", "--two-level=true", "--charge", "runtime")
+	require.Equal(t, 0, code, "stdout=%s stderr=%s", out, errOut)
+	require.Regexp(t, `1\s+ok\s+true\s+runtime\s+cli:`, out)
+
+	code, out, _ = run(t, partial, "queues", "fairness", "--queue", "orders", "--charge", "claims", "--json")
+	require.Equal(t, 3, code, "shard 1 is down: send it again")
+	var res api.QueueFairnessResult
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, []int{1}, res.UnavailableShards)
+	require.True(t, res.Shards[0].Changed)
+	require.True(t, res.Shards[0].Fairness.TwoLevel, "two-level kept")
+
+	code, _, errOut = run(t, both, "queues", "fairness", "--queue", "orders", "--charge", "seconds")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "charge")
+	code, _, errOut = run(t, both, "queues", "fairness", "--queue", "orders", "--two-level", "maybe")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "--two-level")
 }

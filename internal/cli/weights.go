@@ -52,6 +52,9 @@ type adminBackend interface {
 	ClearQuota(ctx context.Context, actor, queue, quotaKey string) (weights.QuotaWriteResult, error)
 	GetQuota(ctx context.Context, queue, quotaKey string) (weights.QuotaReadResult, error)
 	PauseQueue(ctx context.Context, actor, queue string, paused bool) (api.QueuePauseResult, error)
+	// Fairness sets the queue's fairness modes (req with a field given)
+	// or reads them (req empty).
+	Fairness(ctx context.Context, actor, queue string, req api.QueueFairnessRequest) (api.QueueFairnessResult, error)
 	Close()
 }
 
@@ -124,6 +127,13 @@ func (b *directBackend) GetQuota(ctx context.Context, queue, quotaKey string) (w
 
 func (b *directBackend) PauseQueue(ctx context.Context, actor, queue string, paused bool) (api.QueuePauseResult, error) {
 	return weights.Pause(ctx, b.set.Shards(), actor, queue, paused, b.opts...)
+}
+
+func (b *directBackend) Fairness(ctx context.Context, actor, queue string, req api.QueueFairnessRequest) (api.QueueFairnessResult, error) {
+	if req.TwoLevel == nil && req.Charge == nil {
+		return weights.Fairness(ctx, b.set.Shards(), queue, b.opts...)
+	}
+	return weights.SetFairness(ctx, b.set.Shards(), actor, queue, req, b.opts...)
 }
 
 func (b *directBackend) Close() {
@@ -501,6 +511,13 @@ func (b gatewayBackend) ClearWeight(ctx context.Context, _, queue, key string) (
 
 func (b gatewayBackend) GetWeights(ctx context.Context, queue string) (weights.ReadResult, error) {
 	return b.c.GetWeights(ctx, queue)
+}
+
+func (b gatewayBackend) Fairness(ctx context.Context, _, queue string, req api.QueueFairnessRequest) (api.QueueFairnessResult, error) {
+	if req.TwoLevel == nil && req.Charge == nil {
+		return b.c.QueueFairness(ctx, queue)
+	}
+	return b.c.SetQueueFairness(ctx, queue, req)
 }
 
 func (b gatewayBackend) PauseQueue(ctx context.Context, _, queue string, paused bool) (api.QueuePauseResult, error) {
