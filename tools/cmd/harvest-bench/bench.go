@@ -18,6 +18,7 @@ func benchmarks() map[string]func(ctx context.Context, e env, args []string) err
 		"claim-chart": runBenchClaimChart,
 		"soak":        runBenchSoak,
 		"move":        runBenchMove,
+		"fairness":    runBenchFairness,
 	}
 }
 
