@@ -13,7 +13,7 @@ import (
 	"github.com/harvest-run/harvest/pkg/weights"
 )
 
-const queuesUsage = `queues <pause|resume|fairness> --queue Q [--json] [--timeout 10s]
+const queuesUsage = `queues <pause|resume|fairness|group-weight> --queue Q [--json] [--timeout 10s]
 
   pause   --queue Q    workers stop claiming the queue's tasks on every shard;
                        starts are still accepted and wait
@@ -21,6 +21,9 @@ const queuesUsage = `queues <pause|resume|fairness> --queue Q [--json] [--timeou
   fairness --queue Q [--two-level=true|false] [--charge claims|runtime]
                        shows the queue's fairness modes on every shard, or
                        sets those given (docs/fairness.md)
+  group-weight --queue Q --group G (--weight W | --clear)
+                       sets or clears the weight of tenant group G in a
+                       two-level queue (a group without one weighs 1)
 
 When pause exits 0, no claim is still taking the queue's tasks on any shard.
 All are audited and idempotent. They go to every shard in HARVEST_SHARDS, or
@@ -38,21 +41,33 @@ func runQueues(ctx context.Context, e env, args []string) error {
 		return usageError{Msg: "usage: harvest " + queuesUsage}
 	}
 	sub, args := args[0], args[1:]
-	if sub != "pause" && sub != "resume" && sub != "fairness" {
-		return usageError{Msg: fmt.Sprintf("unknown subcommand %q: want pause, resume or fairness", sub)}
+	switch sub {
+	case "pause", "resume", "fairness", "group-weight":
+	default:
+		return usageError{Msg: fmt.Sprintf("unknown subcommand %q: want pause, resume, fairness or group-weight", sub)}
 	}
 	fs := newFlags(e, "queues "+sub, queuesUsage)
 	af := addAdminFlags(fs)
-	var twoLevel, charge *string
-	if sub == "fairness" {
+	var twoLevel, charge, group *string
+	var weight *float64
+	var clear *bool
+	switch sub {
+	case "fairness":
 		twoLevel = fs.String("two-level", "", "true or false: share the queue among tenants first, then their keys")
 		charge = fs.String("charge", "", "claims (1 per claim) or runtime (the seconds a task holds a worker)")
+	case "group-weight":
+		group = fs.String("group", "", "the group: the tenant part of the keys, before the first /")
+		weight = fs.Float64("weight", 0, "the group's weight: a positive finite number")
+		clear = fs.Bool("clear", false, "clear the group's weight (it weighs 1 again)")
 	}
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if sub == "fairness" {
+	switch sub {
+	case "fairness":
 		return runQueueFairness(ctx, e, af, fs, *twoLevel, *charge)
+	case "group-weight":
+		return runGroupWeight(ctx, e, af, fs, *group, *weight, *clear)
 	}
 	if *af.queue == "" {
 		return usageError{Msg: "--queue is required"}
@@ -165,10 +180,104 @@ func runQueueFairness(ctx context.Context, e env, af adminFlags, fs *flag.FlagSe
 			fmt.Fprintf(tw, "%d\t%s\t%v\t%s\t%s\t%s\n", s.Shard, s.Outcome, s.Fairness.TwoLevel, s.Fairness.Charge, by, note)
 		}
 		tw.Flush()
+		printGroupWeights(e, res)
 	}
 	msg := "no shard answered: try again when the shards are back"
 	if len(res.UnavailableShards) < len(res.Shards) {
 		msg = fmt.Sprintf("shards %s did not answer: send the same command again", ints(res.UnavailableShards))
+	}
+	return statusError(res.Status(), msg)
+}
+
+// printGroupWeights lists the group weights of a read, once when every
+// shard that answered holds the same ones, else per shard.
+func printGroupWeights(e env, res api.QueueFairnessResult) {
+	seen := map[string][]int{}
+	var order []string
+	for _, s := range res.Shards {
+		if s.Outcome != api.ShardOutcomeOK {
+			continue
+		}
+		parts := make([]string, len(s.Fairness.GroupWeights))
+		for i, g := range s.Fairness.GroupWeights {
+			parts[i] = g.Group + "=" + strconv.FormatFloat(g.Weight, 'g', -1, 64)
+		}
+		line := strings.Join(parts, " ")
+		if _, ok := seen[line]; !ok {
+			order = append(order, line)
+		}
+		seen[line] = append(seen[line], s.Shard)
+	}
+	for _, line := range order {
+		text := line
+		if text == "" {
+			text = "none (every group weighs 1)"
+		}
+		if len(order) == 1 {
+			fmt.Fprintf(e.stdout, "group weights: %s\n", text)
+			continue
+		}
+		fmt.Fprintf(e.stdout, "group weights on shards %s: %s\n", ints(seen[line]), text)
+	}
+}
+
+// runGroupWeight is 'harvest queues group-weight': a set with --weight,
+// a clear with --clear.
+func runGroupWeight(ctx context.Context, e env, af adminFlags, fs *flag.FlagSet, group string, weight float64, clear bool) error {
+	switch {
+	case *af.queue == "":
+		return usageError{Msg: "--queue is required"}
+	case group == "":
+		return usageError{Msg: "--group is required"}
+	case clear == flagSet(fs, "weight"):
+		return usageError{Msg: "give --weight W or --clear, not both"}
+	}
+	if err := weights.ValidateQueue(*af.queue); err != nil {
+		return argError(err)
+	}
+	if err := weights.ValidateGroup(group); err != nil {
+		return argError(err)
+	}
+	var w *float64
+	if !clear {
+		if err := weights.ValidateWeight(weight); err != nil {
+			return argError(err)
+		}
+		w = &weight
+	}
+	b, err := openAdminBackend(ctx, *af.timeout, false)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	res, err := b.GroupWeight(ctx, cliActor(), *af.queue, group, w)
+	if err != nil {
+		return argError(err)
+	}
+	if *af.asJSON {
+		if err := writeJSON(e.stdout, res); err != nil {
+			return err
+		}
+	} else {
+		what := "cleared (it weighs 1)"
+		if w != nil {
+			what = "set to " + strconv.FormatFloat(*w, 'g', -1, 64)
+		}
+		fmt.Fprintf(e.stdout, "group %q of queue %q: weight %s\n", res.Group, res.Queue, what)
+		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SHARD\tOUTCOME\tOLD WEIGHT\tMESSAGE")
+		for _, s := range res.Shards {
+			old := "-"
+			if s.OldWeight != nil {
+				old = strconv.FormatFloat(*s.OldWeight, 'g', -1, 64)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Shard, s.Outcome, old, s.Message)
+		}
+		tw.Flush()
+	}
+	msg := "no shard took it, nothing changed: send the same command again when the shards are back"
+	if len(res.UnavailableShards) < len(res.Shards) {
+		msg = fmt.Sprintf("shards %s did not take it: send the same command again", ints(res.UnavailableShards))
 	}
 	return statusError(res.Status(), msg)
 }

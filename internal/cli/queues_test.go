@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -44,7 +45,7 @@ func TestQueuesPauseAndResume(t *testing.T) {
 	require.Contains(t, errOut, "--queue is required")
 	code, _, errOut = run(t, both, "queues", "stop", "--queue", "orders")
 	require.Equal(t, 2, code)
-	require.Contains(t, errOut, "want pause, resume or fairness")
+	require.Contains(t, errOut, "want pause, resume, fairness or group-weight")
 }
 
 // Not parallel: the commands read HARVEST_SHARDS through t.Setenv.
@@ -68,6 +69,38 @@ func TestQueuesFairness(t *testing.T) {
 	require.Equal(t, []int{1}, res.UnavailableShards)
 	require.True(t, res.Shards[0].Changed)
 	require.True(t, res.Shards[0].Fairness.TwoLevel, "two-level kept")
+
+	// Group weights: set on every shard, listed by a read, cleared; a
+	// partial write exits 3.
+	code, out, errOut = run(t, both, "queues", "group-weight", "--queue", "orders", "--group", "acme", "--weight", "3")
+	require.Equal(t, 0, code, "stdout=%s stderr=%s", out, errOut)
+	require.Contains(t, out, `group "acme" of queue "orders": weight set to 3`)
+	require.Regexp(t, `0\s+ok\s+-`, out)
+	code, out, errOut = run(t, both, "queues", "group-weight", "--queue", "orders", "--group", "globex", "--weight", "0.5")
+	require.Equal(t, 0, code, "stdout=%s stderr=%s", out, errOut)
+	code, out, _ = run(t, both, "queues", "fairness", "--queue", "orders")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "group weights: acme=3 globex=0.5\n")
+	code, out, errOut = run(t, both, "queues", "group-weight", "--queue", "orders", "--group", "acme", "--clear")
+	require.Equal(t, 0, code, "stdout=%s stderr=%s", out, errOut)
+	require.Regexp(t, `1\s+ok\s+3\s`, out, "the old weight")
+	code, _, _ = run(t, partial, "queues", "group-weight", "--queue", "orders", "--group", "globex", "--clear")
+	require.Equal(t, 3, code)
+	code, out, _ = run(t, both, "queues", "fairness", "--queue", "orders")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "group weights on shards 0: none (every group weighs 1)\n")
+	require.Contains(t, out, "group weights on shards 1: globex=0.5\n")
+	for args, want := range map[string]string{
+		"--group acme":                    "--weight W or --clear",
+		"--group acme --weight 2 --clear": "--weight W or --clear",
+		"--weight 2":                      "--group is required",
+		"--group acme/k1 --weight 2":      "group",
+		"--group acme --weight -1":        "weight",
+	} {
+		code, _, errOut = run(t, both, append([]string{"queues", "group-weight", "--queue", "orders"}, strings.Fields(args)...)...)
+		require.Equal(t, 2, code, args)
+		require.Contains(t, errOut, want, args)
+	}
 
 	code, _, errOut = run(t, both, "queues", "fairness", "--queue", "orders", "--charge", "seconds")
 	require.Equal(t, 2, code)

@@ -55,6 +55,8 @@ type adminBackend interface {
 	// Fairness sets the queue's fairness modes (req with a field given)
 	// or reads them (req empty).
 	Fairness(ctx context.Context, actor, queue string, req api.QueueFairnessRequest) (api.QueueFairnessResult, error)
+	// GroupWeight sets (weight non-nil) or clears a group's weight.
+	GroupWeight(ctx context.Context, actor, queue, group string, weight *float64) (api.GroupWeightResult, error)
 	Close()
 }
 
@@ -134,6 +136,10 @@ func (b *directBackend) Fairness(ctx context.Context, actor, queue string, req a
 		return weights.Fairness(ctx, b.set.Shards(), queue, b.opts...)
 	}
 	return weights.SetFairness(ctx, b.set.Shards(), actor, queue, req, b.opts...)
+}
+
+func (b *directBackend) GroupWeight(ctx context.Context, actor, queue, group string, weight *float64) (api.GroupWeightResult, error) {
+	return weights.SetGroupWeight(ctx, b.set.Shards(), actor, queue, group, weight, b.opts...)
 }
 
 func (b *directBackend) Close() {
@@ -518,6 +524,13 @@ func (b gatewayBackend) Fairness(ctx context.Context, _, queue string, req api.Q
 		return b.c.QueueFairness(ctx, queue)
 	}
 	return b.c.SetQueueFairness(ctx, queue, req)
+}
+
+func (b gatewayBackend) GroupWeight(ctx context.Context, _, queue, group string, weight *float64) (api.GroupWeightResult, error) {
+	if weight == nil {
+		return b.c.ClearGroupWeight(ctx, queue, group)
+	}
+	return b.c.SetGroupWeight(ctx, queue, group, *weight)
 }
 
 func (b gatewayBackend) PauseQueue(ctx context.Context, _, queue string, paused bool) (api.QueuePauseResult, error) {

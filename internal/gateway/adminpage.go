@@ -85,6 +85,8 @@ func (g *Gateway) pageRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /admin/queues/{queue}", g.pageQueue)
 	mux.HandleFunc("POST /admin/queues/{queue}/pause", g.pageQueuePause)
 	mux.HandleFunc("POST /admin/queues/{queue}/resume", g.pageQueueResume)
+	mux.HandleFunc("POST /admin/queues/{queue}/fairness", g.pageQueueFairness)
+	mux.HandleFunc("POST /admin/queues/{queue}/group-weights", g.pageQueueGroupWeight)
 }
 
 // pageData is what every page template sees.

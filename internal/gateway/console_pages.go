@@ -141,6 +141,7 @@ type queueView struct {
 	KeysNote    string
 	Chart       template.HTML
 	ChartNote   string
+	Fairness    *fairnessView
 }
 
 type keyRow struct {
@@ -573,6 +574,12 @@ func (g *Gateway) pageQueue(w http.ResponseWriter, r *http.Request) {
 		d.Done = "Paused: workers claim none of its tasks until it is resumed."
 	case "resumed":
 		d.Done = "Resumed."
+	case "fairness":
+		d.Done = "Fairness modes changed on every shard: claims follow them from the next one."
+	case "group-weight":
+		d.Done = "Group weight set on every shard: it applies from the group's next charge."
+	case "group-weight-cleared":
+		d.Done = "Group weight cleared on every shard: the group weighs 1 again."
 	}
 	g.queuePage(w, r, http.StatusOK, d, p, r.PathValue("queue"), nil)
 }
@@ -649,6 +656,8 @@ func (g *Gateway) queuePage(w http.ResponseWriter, r *http.Request, status int, 
 			v.KeysNote = strings.TrimSpace(fmt.Sprintf("%s Shards %v did not answer.", v.KeysNote, keys.UnavailableShards))
 		}
 	}
+
+	v.Fairness = g.fairness(ctx, p, queue)
 
 	shares, serr := console.ClaimShares(ctx, g.shards, queue, shareBucket, shareBuckets, shareMaxKeys, "")
 	if serr != nil {

@@ -310,3 +310,92 @@ func TestConsoleOperator(t *testing.T) {
 	require.Equal(t, 404, status)
 	require.Zero(t, b.count(t, 0, `SELECT count(*) FROM tenant_homes WHERE tenant = 'initech'`))
 }
+
+// The queue page shows the fairness modes and group weights of every
+// shard and changes them; bad input names its field and changes nothing;
+// a reading operator is refused and audited.
+func TestConsoleFairness(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{Tokens: consoleTokens(t)})
+	br, _ := signIn(t, b, consoleRoot)
+	qpath := "/admin/queues/fq"
+	status, page := br.get(qpath)
+	require.Equal(t, 200, status, page)
+	require.Contains(t, page, `id="fairness-modes"`)
+	require.Contains(t, page, `data-two-level="false"`)
+	require.Contains(t, page, `data-charge="claims"`)
+	require.Contains(t, page, `id="fairness-form"`)
+	csrf := csrfOf(t, page)
+
+	status, _, _ = br.post(qpath+"/fairness", url.Values{"two_level": {"on"}})
+	require.Equal(t, 403, status, "no CSRF field")
+	status, loc, page := br.post(qpath+"/fairness", url.Values{"csrf": {csrf}, "two_level": {"on"}, "charge": {"runtime"}})
+	require.Equal(t, 303, status, page)
+	require.Equal(t, qpath+"?done=fairness", loc)
+	status, loc, page = br.post(qpath+"/group-weights", url.Values{"csrf": {csrf}, "group": {"acme"}, "weight": {"3"}, "op": {"set"}})
+	require.Equal(t, 303, status, page)
+	require.Equal(t, qpath+"?done=group-weight", loc)
+	status, page = br.get(loc)
+	require.Equal(t, 200, status)
+	require.Contains(t, page, `id="done"`)
+	require.NotContains(t, page, `data-two-level="false"`)
+	require.NotContains(t, page, `data-charge="claims"`)
+	require.NotContains(t, page, `id="fairness-mixed"`)
+	require.Contains(t, page, "acme = 3")
+	require.Contains(t, page, `<option value="on" selected>`, "the form shows the modes in force")
+	for _, db := range b.dbs {
+		var two bool
+		var charge string
+		require.NoError(t, db.QueryRow(b.ctx, `SELECT two_level, charge FROM queue_fairness WHERE queue = 'fq'`).Scan(&two, &charge))
+		require.True(t, two)
+		require.Equal(t, "runtime", charge)
+	}
+
+	// Bad input: the page again, with the field named, nothing written.
+	for field, form := range map[string]url.Values{
+		"charge":    {"charge": {"seconds"}},
+		"two_level": {"two_level": {"maybe"}},
+	} {
+		form.Set("csrf", csrf)
+		status, _, page = br.post(qpath+"/fairness", form)
+		require.Equal(t, 400, status, field)
+		require.Contains(t, page, `id="error"`)
+		require.Contains(t, page, field)
+	}
+	for field, form := range map[string]url.Values{
+		"weight": {"group": {"acme"}, "weight": {"heavy"}, "op": {"set"}},
+		"group":  {"group": {"acme/k1"}, "weight": {"2"}, "op": {"set"}},
+	} {
+		form.Set("csrf", csrf)
+		status, _, page = br.post(qpath+"/group-weights", form)
+		require.Equal(t, 400, status, field)
+		require.Contains(t, page, field)
+	}
+	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM group_weights WHERE queue = 'fq' AND grp = 'acme' AND weight = 3`))
+
+	status, loc, _ = br.post(qpath+"/group-weights", url.Values{"csrf": {csrf}, "group": {"acme"}, "op": {"clear"}})
+	require.Equal(t, 303, status)
+	require.Equal(t, qpath+"?done=group-weight-cleared", loc)
+	require.Zero(t, b.count(t, 1, `SELECT count(*) FROM group_weights WHERE queue = 'fq'`))
+	for _, action := range []string{"queue.fairness", "group_weight.set", "group_weight.clear"} {
+		require.Equal(t, 1, b.count(t, 1, `SELECT count(*) FROM audit WHERE actor = 'root' AND action = $1 AND outcome = 'ok'`, action), action)
+	}
+
+	// A reading operator sees the modes, gets no form, and is refused.
+	ro, _ := signIn(t, b, consoleOpsRead)
+	status, page = ro.get(qpath)
+	require.Equal(t, 200, status)
+	require.Contains(t, page, `id="fairness-modes"`)
+	require.NotContains(t, page, `id="fairness-form"`)
+	status, _, page = ro.post(qpath+"/fairness", url.Values{"csrf": {csrfOf(t, page)}, "two_level": {"off"}})
+	require.Equal(t, 403, status)
+	require.Contains(t, page, "lacks the weights:write privilege")
+	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM audit WHERE actor = 'ops-ro' AND action = 'queue.fairness' AND outcome = 'refused'`))
+
+	// A tenant's session is refused the page and the actions.
+	tb, _ := signIn(t, b, consoleAcme)
+	_, page = tb.get("/admin/runs")
+	status, _, _ = tb.post(qpath+"/group-weights", url.Values{"csrf": {csrfOf(t, page)}, "group": {"acme"}, "weight": {"9"}, "op": {"set"}})
+	require.Equal(t, 403, status)
+	require.Zero(t, b.count(t, 0, `SELECT count(*) FROM group_weights`))
+}

@@ -96,11 +96,16 @@ func TestFairnessRoutes(t *testing.T) {
 	gw, err = root.SetGroupWeight(b.ctx, "fq", "globex", 2)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, gw.Status())
+	fr, err := root.QueueFairness(b.ctx, "fq")
+	require.NoError(t, err)
+	for _, s := range fr.Shards {
+		require.Equal(t, []api.GroupWeight{{Group: "globex", Weight: 2}}, s.Fairness.GroupWeights, "a read lists the group weights left")
+	}
 	gw, err = root.ClearGroupWeight(b.ctx, "fq", "globex")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, gw.Status())
 	two := false
-	fr, err := root.SetQueueFairness(b.ctx, "fq", api.QueueFairnessRequest{TwoLevel: &two})
+	fr, err = root.SetQueueFairness(b.ctx, "fq", api.QueueFairnessRequest{TwoLevel: &two})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, fr.Status())
 	fr, err = root.QueueFairness(b.ctx, "fq")

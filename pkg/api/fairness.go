@@ -22,6 +22,15 @@ type QueueFairness struct {
 	// never configured.
 	UpdatedAt *Time  `json:"updated_at,omitempty"`
 	UpdatedBy string `json:"updated_by,omitempty"`
+	// GroupWeights are the groups given a weight other than 1, by name;
+	// filled by a read (GET), absent from the answer to a change.
+	GroupWeights []GroupWeight `json:"group_weights,omitempty"`
+}
+
+// GroupWeight is the weight set for one group of a two-level queue.
+type GroupWeight struct {
+	Group  string  `json:"group"`
+	Weight float64 `json:"weight"`
 }
 
 // QueueFairnessRequest is the body of PUT /v1/queues/{queue}/fairness: a

@@ -15,7 +15,12 @@ var (
 	sqlQueueFairnessSetOne = mustSQL("QueueFairnessSetOne")
 	sqlQueueFairnessGet    = mustSQL("QueueFairnessGet")
 	sqlGroupWeightSetOne   = mustSQL("GroupWeightSetOne")
+	sqlGroupWeightList     = mustSQL("GroupWeightList")
 )
+
+// MaxGroupWeights is how many group weights a read lists per shard; an
+// operator sets them by hand, so a queue has few.
+const MaxGroupWeights = 1000
 
 // Audit actions of the fairness settings.
 const (
@@ -86,13 +91,22 @@ func FairnessOne(ctx context.Context, db DB, queue string) (api.QueueFairness, e
 	var at time.Time
 	var by string
 	err := db.QueryRow(ctx, sqlQueueFairnessGet, queue).Scan(&out.TwoLevel, &out.Charge, &at, &by)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return out, nil
-	}
-	if err != nil {
+	configured := !errors.Is(err, pgx.ErrNoRows)
+	if configured && err != nil {
 		return api.QueueFairness{}, mapError("read queue fairness", err)
 	}
-	fill(&out, &at, &by)
+	if configured {
+		fill(&out, &at, &by)
+	}
+	rows, err := db.Query(ctx, sqlGroupWeightList, queue, MaxGroupWeights)
+	if err != nil {
+		return api.QueueFairness{}, mapError("read group weights", err)
+	}
+	gw, err := pgx.CollectRows(rows, pgx.RowToStructByName[api.GroupWeight])
+	if err != nil {
+		return api.QueueFairness{}, mapError("read group weights", err)
+	}
+	out.GroupWeights = gw
 	return out, nil
 }
 
