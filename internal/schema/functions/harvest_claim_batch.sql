@@ -47,8 +47,9 @@ BEGIN
     -- harvest_queue_lone both before the lock and under it (a key folded in
     -- by an exclusive claim that held the lock meanwhile ends it).
     -- A queue with a fairness mode on (two-level, or charged by runtime)
-    -- takes every row by the single claim, which knows the modes: the lone
-    -- and bulk steps charge 1 per row among all the queue's keys.
+    -- never takes the lone step, which charges 1 per row; the bulk step
+    -- knows the runtime charge, and a two-level queue takes every row by
+    -- the single claim.
     IF p_fair THEN
         SELECT m.configured, m.two_level, m.runtime INTO v_conf, v_two, v_runtime FROM harvest_fair_mode(p_queue) m;
     END IF;
@@ -103,7 +104,8 @@ BEGIN
             PERFORM harvest_fair_held_fold(p_queue, v_two);
         END IF;
     END IF;
-    v_bulk := p_aging = 0 AND NOT (p_fair AND (v_two OR v_runtime))
+    -- The fair bulk step knows the runtime charge, not the two levels.
+    v_bulk := p_aging = 0 AND NOT (p_fair AND v_two)
         AND NOT (p_worker <> '' AND EXISTS (
             SELECT 1 FROM tasks x
             WHERE x.queue = p_queue AND x.state = 'pending' AND x.sticky_worker = p_worker
@@ -113,7 +115,7 @@ BEGIN
         IF v_bulk AND v_left > 1 THEN
             v_got := 0;
             IF p_fair THEN
-                FOR r_out IN SELECT * FROM harvest_claim_bulk_fair(p_queue, p_worker, p_now, p_lease, v_left) LOOP
+                FOR r_out IN SELECT * FROM harvest_claim_bulk_fair(p_queue, p_worker, p_now, p_lease, v_left, v_runtime) LOOP
                     v_got := v_got + 1;
                     RETURN NEXT r_out;
                 END LOOP;

@@ -2,7 +2,12 @@
 -- fair claims would take them, with the lags they would report and the
 -- charges they would make, or none when this step needs the single claim.
 -- The caller holds the queue's fair lock, has folded its arrivals, and
--- checked that there is no ageing and no row pinned to the worker.
+-- checked that there is no ageing and no row pinned to the worker. In a
+-- queue charged by runtime (p_runtime) each claim bills the key's held
+-- estimate instead of 1 (1 s until one of its attempts has ended), the
+-- same for all its rows of the step since estimates move only when the
+-- held time is folded, before the step; so a key's increment is cost/w
+-- throughout, computed once as the single claim computes it.
 --
 -- Why a plan can be computed at once: among keys whose heads share the top
 -- priority, the single claim always takes the key with the smallest start
@@ -25,8 +30,9 @@
 --      a row that left the pending state or moved meanwhile ends the plan
 --      before it), leases them, and writes each key's charges and new head
 --      once, the clock, and the debt marks.
+DROP FUNCTION IF EXISTS harvest_claim_bulk_fair(text, text, timestamptz, interval, integer);
 CREATE OR REPLACE FUNCTION harvest_claim_bulk_fair(p_queue text, p_worker text, p_now timestamptz,
-                                                   p_lease interval, p_n integer)
+                                                   p_lease interval, p_n integer, p_runtime boolean)
 RETURNS SETOF harvest_claimed
 LANGUAGE plpgsql
 -- The statements below are shaped for their indexes whatever the values;
@@ -42,6 +48,9 @@ DECLARE
     v_keys    text[];
     v_t       double precision[];
     v_w       double precision[];
+    v_cost    double precision[];
+    v_inc     double precision[];
+    v_secs    double precision[];
     v_hc      boolean[];
     v_hd      timestamptz[];
     v_hi      bigint[];
@@ -76,13 +85,17 @@ BEGIN
         SELECT u.*, row_number() OVER (ORDER BY u.t, u.head_cont DESC, u.head_due, u.head_id) AS r
         FROM u WHERE u.head_prio = (SELECT max(head_prio) FROM u)
     ), ranked AS (
-        SELECT top.*, coalesce(CASE WHEN top.key <> '' THEN w.weight END, 1) AS w
+        SELECT top.*, coalesce(CASE WHEN top.key <> '' THEN w.weight END, 1) AS w,
+               CASE WHEN p_runtime THEN coalesce((SELECT f.held_est FROM fair_state f
+                    WHERE f.queue = p_queue AND f.key = top.key AND f.charged_at IS NOT NULL), 1)
+                    ELSE 1 END AS cost
         FROM top LEFT JOIN weight_overrides w ON w.queue = p_queue AND w.key = top.key
         WHERE top.r <= p_n
     )
     SELECT max(head_prio), array_agg(key ORDER BY r), array_agg(t ORDER BY r), array_agg(w ORDER BY r),
-           array_agg(head_cont ORDER BY r), array_agg(head_due ORDER BY r), array_agg(head_id ORDER BY r), sum(w)
-    INTO v_prio, v_keys, v_t, v_w, v_hc, v_hd, v_hi, v_sumw
+           array_agg(cost ORDER BY r), array_agg(cost / w ORDER BY r),
+           array_agg(head_cont ORDER BY r), array_agg(head_due ORDER BY r), array_agg(head_id ORDER BY r), sum(w / cost)
+    INTO v_prio, v_keys, v_t, v_w, v_cost, v_inc, v_hc, v_hd, v_hi, v_sumw
     FROM ranked;
     IF v_keys IS NULL THEN
         RETURN;
@@ -93,15 +106,15 @@ BEGIN
     -- before it stopped short is read again with twice as many.
     v_cnt := array_fill(0, ARRAY[cardinality(v_keys)]);
     FOR v_i IN 1..cardinality(v_keys) LOOP
-        v_cnt[v_i] := least(p_n, ceil(p_n * v_w[v_i] / v_sumw)::integer + 1);
+        v_cnt[v_i] := least(p_n, ceil(p_n * (v_w[v_i] / v_cost[v_i]) / v_sumw)::integer + 1);
     END LOOP;
     LOOP
         WITH c AS (
-            SELECT * FROM unnest(v_keys, v_t, v_w, v_hc, v_hd, v_hi, v_cnt)
-                          AS c(key, t, w, hc, hd, hi, cnt)
+            SELECT * FROM unnest(v_keys, v_t, v_inc, v_hc, v_hd, v_hi, v_cnt)
+                          AS c(key, t, inc, hc, hd, hi, cnt)
         ), rows AS (
-            SELECT c.key, c.w, c.cnt, x.id, x.continuation, x.due_at, x.quota_key, x.o,
-                   sum(CASE WHEN x.o = 1 THEN c.t ELSE 1::double precision / c.w END)
+            SELECT c.key, c.inc, c.cnt, x.id, x.continuation, x.due_at, x.quota_key, x.o,
+                   sum(CASE WHEN x.o = 1 THEN c.t ELSE c.inc END)
                        OVER (PARTITION BY c.key ORDER BY x.o ROWS UNBOUNDED PRECEDING) AS tag,
                    count(*) OVER (PARTITION BY c.key) AS got
             FROM c CROSS JOIN LATERAL (
@@ -118,7 +131,7 @@ BEGIN
             -- after its last row read (keys read to their count may have
             -- more; keys that ran out may have rows in another band), or
             -- the tag of a key of which no row was read (a stale head).
-            SELECT least((SELECT min(r.tag + 1::double precision / r.w) FROM rows r WHERE r.o = r.got),
+            SELECT least((SELECT min(r.tag + r.inc) FROM rows r WHERE r.o = r.got),
                          (SELECT min(c.t) FROM c WHERE NOT EXISTS (SELECT 1 FROM rows r WHERE r.key = c.key))) AS tag
         ), ordered AS (
             SELECT r.*, row_number() OVER (ORDER BY r.tag, r.continuation DESC, r.due_at, r.id) AS seq
@@ -141,7 +154,7 @@ BEGIN
                (SELECT array_agg(p.due_at ORDER BY p.seq) FROM planned p),
                (SELECT array_agg(DISTINCT r.key) FROM rows r, cut
                 WHERE r.o = r.got AND r.got = r.cnt AND r.cnt < p_n
-                  AND r.tag + 1::double precision / r.w <= cut.tag),
+                  AND r.tag + r.inc <= cut.tag),
                (SELECT array_agg(l.key) FROM last l), (SELECT array_agg(l.id) FROM last l),
                (SELECT array_agg(l.continuation) FROM last l), (SELECT array_agg(l.due_at) FROM last l)
         INTO v_ids, v_pkeys, v_tags, v_conts, v_dues, v_short, v_nkeys, v_nids, v_nconts, v_ndues;
@@ -186,20 +199,24 @@ BEGIN
 
     -- Lease the rows and mark their runs running; each row reports the lag
     -- its single claim would: its tag over the clock before it.
+    IF p_runtime THEN
+        v_secs := ARRAY(SELECT c.cost FROM unnest(v_pkeys) WITH ORDINALITY AS p(key, ord)
+                        JOIN unnest(v_keys, v_cost) AS c(key, cost) ON c.key = p.key ORDER BY p.ord);
+    END IF;
     RETURN QUERY SELECT * FROM harvest_lease_rows(v_ids, ARRAY(
         SELECT p.tag - greatest(v_clock0, coalesce(lag(p.tag) OVER (ORDER BY p.ord), v_clock0))
-        FROM unnest(v_tags) WITH ORDINALITY AS p(tag, ord) ORDER BY p.ord), p_worker, p_lease);
+        FROM unnest(v_tags) WITH ORDINALITY AS p(tag, ord) ORDER BY p.ord), p_worker, p_lease, v_secs);
 
     -- Each key's last claim of the plan sets its state; its head moves on
     -- to the row after the last one taken: read while planning, or looked
     -- up from that row when the plan used every row it read.
-    SELECT array_agg(k.key), array_agg(k.tag), array_agg(k.w), array_agg(k.id), array_agg(k.cont),
+    SELECT array_agg(k.key), array_agg(k.tag), array_agg(k.inc), array_agg(k.id), array_agg(k.cont),
            array_agg(k.due), array_agg(k.nid), array_agg(k.ncont), array_agg(k.ndue)
-    INTO v_keys, v_t, v_w, v_hi, v_hc, v_hd, v_nids, v_nconts, v_ndues
+    INTO v_keys, v_t, v_inc, v_hi, v_hc, v_hd, v_nids, v_nconts, v_ndues
     FROM (
-        SELECT DISTINCT ON (p.key) p.key, p.tag, p.id, p.cont, p.due, c.w, n.nid, n.ncont, n.ndue
+        SELECT DISTINCT ON (p.key) p.key, p.tag, p.id, p.cont, p.due, c.inc, n.nid, n.ncont, n.ndue
         FROM unnest(v_pkeys, v_tags, v_ids, v_conts, v_dues) WITH ORDINALITY AS p(key, tag, id, cont, due, ord)
-        JOIN unnest(v_keys, v_w) AS c(key, w) ON c.key = p.key
+        JOIN unnest(v_keys, v_inc) AS c(key, inc) ON c.key = p.key
         LEFT JOIN unnest(v_nkeys, v_nids, v_nconts, v_ndues) AS n(key, nid, ncont, ndue) ON n.key = p.key
         ORDER BY p.key, p.ord DESC
     ) k;
@@ -217,14 +234,14 @@ BEGIN
     END LOOP;
     UPDATE fair_state f SET
         last_start = k.tag,
-        pass       = k.tag + 1::double precision / k.w,
+        pass       = k.tag + k.inc,
         charged_at = v_now,
         in_debt    = true,
         head_id    = k.nid,
         head_prio  = k.nprio,
         head_cont  = k.ncont,
         head_due   = k.ndue
-    FROM unnest(v_keys, v_t, v_w, v_nids, v_hp, v_nconts, v_ndues) AS k(key, tag, w, nid, nprio, ncont, ndue)
+    FROM unnest(v_keys, v_t, v_inc, v_nids, v_hp, v_nconts, v_ndues) AS k(key, tag, inc, nid, nprio, ncont, ndue)
     WHERE f.queue = p_queue AND f.key = k.key;
     -- The charged keys are in debt; every key the new clock reached is not.
     IF v_clock > v_clock0 THEN

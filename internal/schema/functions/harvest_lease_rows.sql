@@ -1,10 +1,13 @@
 -- Lease the pending rows p_ids (locked by the caller) to p_worker and mark
 -- their runs running, in one update of each table, as the bulk and lone
 -- steps of a batch do; returns them as claims in the order of p_ids, each
--- with lag p_lags[i] (0 when p_lags is NULL). The single claim leases its
--- one row itself (harvest_claim_step).
+-- with lag p_lags[i] (0 when p_lags is NULL). In a queue charged by
+-- runtime, p_secs[i] is the estimate the row's claim billed, kept on the
+-- row for its settlement (NULL: the rows bill 1 per claim, or nothing).
+-- The single claim leases its one row itself (harvest_claim_step).
+DROP FUNCTION IF EXISTS harvest_lease_rows(bigint[], double precision[], text, interval);
 CREATE OR REPLACE FUNCTION harvest_lease_rows(p_ids bigint[], p_lags double precision[], p_worker text,
-                                              p_lease interval)
+                                              p_lease interval, p_secs double precision[] DEFAULT NULL)
 RETURNS SETOF harvest_claimed
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -12,7 +15,7 @@ DECLARE
 BEGIN
     RETURN QUERY
     WITH p AS (
-        SELECT p.id, p.ord, coalesce(p_lags[p.ord], 0) AS lag
+        SELECT p.id, p.ord, coalesce(p_lags[p.ord], 0) AS lag, p_secs[p.ord] AS secs
         FROM unnest(p_ids) WITH ORDINALITY AS p(id, ord)
     ), u AS (
         UPDATE tasks t SET
@@ -22,8 +25,7 @@ BEGIN
             lease_expires_at = now() + p_lease,
             claimed_by       = p_worker,
             claimed_at       = v_at + (p.ord - 1) * interval '1 microsecond',
-            -- These steps bill 1 per row or nothing: no runtime to settle.
-            charged_secs     = NULL
+            charged_secs     = p.secs
         FROM p WHERE t.id = p.id
         RETURNING t.*, p.ord, p.lag
     ), r AS (

@@ -73,6 +73,14 @@ type Options struct {
 	Lease time.Duration
 	// JanitorInterval is the workers' janitor interval (default 200ms).
 	JanitorInterval time.Duration
+	// Slots is each worker's HARVEST_WORKER_MAX_CONCURRENT_CLAIMS, the
+	// tasks it runs at once (default 2: the fault tests want few tasks in
+	// flight so that each fault hits a known one; the soak at a working
+	// rate sets more).
+	Slots int
+	// GatewayPool is each gateway's HARVEST_GATEWAY_POOL_SIZE (default 4,
+	// so that the fault tests fit a test server's connection limit).
+	GatewayPool int
 }
 
 // Fleet is a running set of processes and the harness around them.
@@ -111,6 +119,8 @@ type Fleet struct {
 	probeEnd context.CancelFunc
 
 	clock *clockSampler
+	// monitor, when set (under evMu), hears the watched probe executions.
+	monitor *Monitor
 }
 
 func (o *Options) defaults() {
@@ -134,6 +144,12 @@ func (o *Options) defaults() {
 	}
 	if o.JanitorInterval <= 0 {
 		o.JanitorInterval = 200 * time.Millisecond
+	}
+	if o.Slots <= 0 {
+		o.Slots = 2
+	}
+	if o.GatewayPool <= 0 {
+		o.GatewayPool = 4
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -334,7 +350,7 @@ func (f *Fleet) StartGateway(ctx context.Context, i int) error {
 		"HARVEST_GATEWAY_KEY_BINDING=false",
 		// Few connections: a test server may allow only 100 in all, and
 		// other test packages share it.
-		"HARVEST_GATEWAY_POOL_SIZE=4",
+		"HARVEST_GATEWAY_POOL_SIZE="+strconv.Itoa(f.opts.GatewayPool),
 		"HARVEST_MAX_RUNS="+strconv.Itoa(f.opts.MaxRuns),
 	)
 	p, err := startProc(fmt.Sprintf("gateway-%d", i), f.opts.Bins.Gateway, env)
@@ -441,7 +457,7 @@ func (f *Fleet) AddWorker(s int) (string, error) {
 		"HARVEST_WORKER_QUEUES="+Queue+":1",
 		"HARVEST_WORKER_ID="+id,
 		"HARVEST_WORKER_FAIRNESS_KEYS=true",
-		"HARVEST_WORKER_MAX_CONCURRENT_CLAIMS=2",
+		"HARVEST_WORKER_MAX_CONCURRENT_CLAIMS="+strconv.Itoa(f.opts.Slots),
 		"HARVEST_WORKER_LEASE="+lease.String(),
 		"HARVEST_WORKER_HEARTBEAT_INTERVAL="+(lease/4).String(),
 		"HARVEST_WORKER_POLL_INTERVAL=100ms",
@@ -570,16 +586,22 @@ func (f *Fleet) probe(m *nats.Msg) {
 	if json.Unmarshal(m.Data, &req) != nil {
 		return
 	}
+	var in struct {
+		MS  int    `json:"ms"`
+		Key string `json:"key"`
+	}
+	_ = json.Unmarshal(req.Input, &in)
+	run := req.Tenant + "/" + req.RunID
 	f.evMu.Lock()
-	f.probeRun[req.Tenant+"/"+req.RunID]++
+	f.probeRun[run]++
+	mon := f.monitor
 	f.evMu.Unlock()
+	if mon != nil && in.Key != "" {
+		mon.executed(in.Key, run, req.Attempt)
+	}
 	f.probeWG.Add(1)
 	go func() {
 		defer f.probeWG.Done()
-		var in struct {
-			MS int `json:"ms"`
-		}
-		_ = json.Unmarshal(req.Input, &in)
 		select {
 		case <-time.After(time.Duration(in.MS) * time.Millisecond):
 		case <-f.probeCtx.Done():

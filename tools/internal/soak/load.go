@@ -34,6 +34,15 @@ type LoadOptions struct {
 	RetryFor time.Duration
 	// Inflight bounds the starts in progress (default 64).
 	Inflight int
+	// Mixed is the soak's workload (mix.go): besides the kinds above, long
+	// tasks, deferred starts, runs cancelled after their start, failures
+	// that exhaust their attempts, a priority band, and bursts of a
+	// weighted pair of keys that the monitor watches. Off, the load is
+	// what the fault tests expect.
+	Mixed bool
+	// Monitor, when set with Mixed, is told of the load's urgent and pair
+	// starts.
+	Monitor *Monitor
 }
 
 // Ack is an acknowledged start.
@@ -71,6 +80,7 @@ type Load struct {
 	serverErrors []string
 	retries      int
 	giveups      int
+	cancels      int
 }
 
 // StartLoad begins a load on the fleet.
@@ -103,6 +113,10 @@ func (f *Fleet) StartLoad(opts LoadOptions) (*Load, error) {
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.run()
+	if opts.Mixed {
+		l.wg.Add(1)
+		go l.bursts()
+	}
 	return l, nil
 }
 
@@ -134,6 +148,9 @@ func (l *Load) run() {
 
 // request builds start number n: its tenant, transport and request.
 func (l *Load) request(n int64) (string, bool, api.StartRequest) {
+	if l.opts.Mixed {
+		return l.mixedRequest(n)
+	}
 	tenants := l.f.opts.Tenants
 	tenant := tenants[int(n)%len(tenants)]
 	trickle := n%15 == 2
@@ -173,6 +190,12 @@ func (l *Load) request(n int64) (string, bool, api.StartRequest) {
 // retry time is over.
 func (l *Load) one(n int64) {
 	tenant, viaNATS, req := l.request(n)
+	l.send(n, tenant, viaNATS, req)
+}
+
+// send sends req until it is acknowledged, refused for good, or its retry
+// time is over.
+func (l *Load) send(n int64, tenant string, viaNATS bool, req api.StartRequest) {
 	deadline := time.Now().Add(l.opts.RetryFor)
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
@@ -193,6 +216,7 @@ func (l *Load) one(n int64) {
 			}
 			l.acks = append(l.acks, Ack{Tenant: tenant, ID: req.ID, Name: req.Name, Shard: st.Run.Shard, Created: st.Created, Via: via, Tries: try})
 			l.mu.Unlock()
+			l.acked(tenant, req, st.Run.Shard)
 			return
 		}
 		var ae *api.Error
@@ -281,6 +305,14 @@ func (l *Load) Stats() (sent int64, acked, retries, giveups int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.seq.Load(), len(l.acks), l.retries, l.giveups
+}
+
+// Cancels is how many runs the mixed load cancelled (or found finished
+// when it tried).
+func (l *Load) Cancels() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cancels
 }
 
 // WaitAcked waits until at least n starts are acknowledged.

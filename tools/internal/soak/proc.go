@@ -42,6 +42,7 @@ func startProc(name string, c Command, env []string) (*Proc, error) {
 	p.cmd.Env = env
 	p.cmd.Stdout = p.log
 	p.cmd.Stderr = p.log
+	detach(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("soak: start %s: %w", name, err)
 	}
