@@ -84,18 +84,25 @@ func runQueues(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return argError(err)
 	}
-	if *af.asJSON {
+	return writeChange(e, *af.asJSON, res, func() { printPause(e, res) }, res.Status(), res.UnavailableShards, len(res.Shards))
+}
+
+// writeChange prints the result of a change sent to every shard (as JSON
+// with --json, else by print) and turns its status into the exit code:
+// every shard took it, some did (send it again), or none did.
+func writeChange(e env, asJSON bool, res any, print func(), status int, unavailable []int, shards int) error {
+	if asJSON {
 		if err := writeJSON(e.stdout, res); err != nil {
 			return err
 		}
 	} else {
-		printPause(e, res)
+		print()
 	}
 	msg := "no shard took it, nothing changed: send the same command again when the shards are back"
-	if len(res.UnavailableShards) < len(res.Shards) {
-		msg = fmt.Sprintf("shards %s did not take it: send the same command again", ints(res.UnavailableShards))
+	if len(unavailable) < shards {
+		msg = fmt.Sprintf("shards %s did not take it: send the same command again", ints(unavailable))
 	}
-	return statusError(res.Status(), msg)
+	return statusError(status, msg)
 }
 
 func printPause(e env, res api.QueuePauseResult) {
@@ -254,30 +261,23 @@ func runGroupWeight(ctx context.Context, e env, af adminFlags, fs *flag.FlagSet,
 	if err != nil {
 		return argError(err)
 	}
-	if *af.asJSON {
-		if err := writeJSON(e.stdout, res); err != nil {
-			return err
-		}
-	} else {
-		what := "cleared (it weighs 1)"
-		if w != nil {
-			what = "set to " + strconv.FormatFloat(*w, 'g', -1, 64)
-		}
-		fmt.Fprintf(e.stdout, "group %q of queue %q: weight %s\n", res.Group, res.Queue, what)
-		tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SHARD\tOUTCOME\tOLD WEIGHT\tMESSAGE")
-		for _, s := range res.Shards {
-			old := "-"
-			if s.OldWeight != nil {
-				old = strconv.FormatFloat(*s.OldWeight, 'g', -1, 64)
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Shard, s.Outcome, old, s.Message)
-		}
-		tw.Flush()
+	return writeChange(e, *af.asJSON, res, func() { printGroupWeight(e, res, w) }, res.Status(), res.UnavailableShards, len(res.Shards))
+}
+
+func printGroupWeight(e env, res api.GroupWeightResult, w *float64) {
+	what := "cleared (it weighs 1)"
+	if w != nil {
+		what = "set to " + strconv.FormatFloat(*w, 'g', -1, 64)
 	}
-	msg := "no shard took it, nothing changed: send the same command again when the shards are back"
-	if len(res.UnavailableShards) < len(res.Shards) {
-		msg = fmt.Sprintf("shards %s did not take it: send the same command again", ints(res.UnavailableShards))
+	fmt.Fprintf(e.stdout, "group %q of queue %q: weight %s\n", res.Group, res.Queue, what)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tOUTCOME\tOLD WEIGHT\tMESSAGE")
+	for _, s := range res.Shards {
+		old := "-"
+		if s.OldWeight != nil {
+			old = strconv.FormatFloat(*s.OldWeight, 'g', -1, 64)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", s.Shard, s.Outcome, old, s.Message)
 	}
-	return statusError(res.Status(), msg)
+	tw.Flush()
 }

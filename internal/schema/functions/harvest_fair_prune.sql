@@ -24,8 +24,12 @@ BEGIN
     IF NOT p_preview THEN
         PERFORM harvest_queue_lock(p_queue);
     END IF;
+    -- Pending and scheduled rows are probed apart: each state has its own
+    -- partial index, and "state IN (both)" matches neither, which made
+    -- every probe a scan of the queue's tasks under the fair lock.
     v_idle := coalesce((SELECT max(g.charged_at) FROM fair_state g WHERE g.queue = p_queue), '-infinity') <= p_now - p_window
-              AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = p_queue AND x.state IN ('pending', 'scheduled'));
+              AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = p_queue AND x.state = 'pending')
+              AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = p_queue AND x.state = 'scheduled');
     IF NOT v_idle AND (SELECT m.two_level FROM harvest_fair_mode(p_queue) m) THEN
         RETURN;
     END IF;
@@ -47,16 +51,17 @@ BEGIN
             LIMIT 1
         ), idle AS (
             SELECT coalesce((SELECT max(g.charged_at) FROM %1$s g WHERE g.queue = $3), '-infinity') <= $1 - $2
-               AND NOT EXISTS (SELECT 1 FROM tasks x
-                               WHERE x.queue = $3 AND x.state IN ('pending', 'scheduled')) AS yes
+               AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = $3 AND x.state = 'pending')
+               AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = $3 AND x.state = 'scheduled') AS yes
         ), gone AS (
             DELETE FROM %1$s s
             WHERE s.queue = $3
               AND ((SELECT yes FROM idle)
                    OR ((s.charged_at IS NULL OR s.charged_at <= $1 - $2)
                        AND NOT EXISTS (SELECT 1 FROM tasks x
-                                       WHERE x.queue = s.queue AND x.fairness_key = s.key
-                                         AND x.state IN ('pending', 'scheduled'))
+                                       WHERE x.queue = s.queue AND x.fairness_key = s.key AND x.state = 'pending')
+                       AND NOT EXISTS (SELECT 1 FROM tasks x
+                                       WHERE x.queue = s.queue AND x.fairness_key = s.key AND x.state = 'scheduled')
                        AND s.key IS DISTINCT FROM (SELECT c.key FROM clock c)))
             RETURNING s.queue, s.key, s.charged_at
         )

@@ -15,11 +15,17 @@ import (
 // processes (this binary, re-executed in the role of each) under a mixed
 // load with random faults, then the invariant report and memory over time.
 func runBenchSoak(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "soak", "soak [--minutes 15] [--fault-every 20s] [--rate 10] [--seed N]")
-	minutes := fs.Float64("minutes", 15, "how long the load and the faults run")
-	every := fs.Duration("fault-every", 20*time.Second, "time between two random faults")
-	memEvery := fs.Duration("memory-every", 30*time.Second, "time between two memory samples")
-	rate := fs.Float64("rate", 10, "new starts per second over all tenants (the fleet keeps up with about 15)")
+	fs := newFlags(e, "soak", "soak [--minutes 15] [--fault-every 20s] [--rate 10] [--ramp-step N --ramp-every 1m] [--seed N]")
+	minutes := fs.Float64("minutes", 15, "how long the load and the faults run (with --ramp-step: at most)")
+	every := fs.Duration("fault-every", soak.DefaultFaultEvery, "time between two random faults")
+	memEvery := fs.Duration("memory-every", soak.DefaultMemoryEvery, "time between two memory samples")
+	rate := fs.Float64("rate", soak.DefaultRate, "new starts per second over all tenants (the first step's with --ramp-step)")
+	rampStep := fs.Float64("ramp-step", 0, "raise the rate by this much every --ramp-every until a step fails (0: a steady rate)")
+	rampEvery := fs.Duration("ramp-every", time.Minute, "length of a ramp step")
+	waitBound := fs.Duration("wait-bound", soak.DefaultWaitBound, "a ramp step fails when its p99 claim wait passes this")
+	workers := fs.Int("workers", 2, "worker processes per shard")
+	slots := fs.Int("slots", soak.DefaultSlots, "tasks each worker runs at once")
+	maxRuns := fs.Int("max-runs", 0, "the system limit, HARVEST_MAX_RUNS (0: twelve seconds of starts, at least 1,000; none with --ramp-step)")
 	seed := fs.Uint64("seed", 0, "seed of the fault choice (0: from the clock)")
 	role := fs.String("role", "", "internal: run as the fleet's gateway or worker process")
 	if err := parseFlags(fs, args); err != nil {
@@ -34,8 +40,15 @@ func runBenchSoak(ctx context.Context, e env, args []string) error {
 	default:
 		return usageError{Msg: fmt.Sprintf("--role: %q is not gateway or worker", *role)}
 	}
-	if *minutes <= 0 {
+	switch {
+	case *minutes <= 0:
 		return usageError{Msg: "--minutes: must be positive"}
+	case *rate <= 0:
+		return usageError{Msg: "--rate: must be positive"}
+	case *rampStep < 0:
+		return usageError{Msg: "--ramp-step: must not be negative"}
+	case *workers < 1 || *slots < 1:
+		return usageError{Msg: "--workers and --slots: must be positive"}
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -46,14 +59,20 @@ func runBenchSoak(ctx context.Context, e env, args []string) error {
 		server = defaultBenchURL
 	}
 	return soak.Run(ctx, soak.SoakOptions{
-		Bins:        soakBinaries(self),
-		ServerURL:   server,
-		Duration:    time.Duration(*minutes * float64(time.Minute)),
-		FaultEvery:  *every,
-		MemoryEvery: *memEvery,
-		Rate:        *rate,
-		Seed:        *seed,
-		Out:         e.stdout,
+		Bins:            soakBinaries(self),
+		ServerURL:       server,
+		Duration:        time.Duration(*minutes * float64(time.Minute)),
+		FaultEvery:      *every,
+		MemoryEvery:     *memEvery,
+		Rate:            *rate,
+		RampStep:        *rampStep,
+		RampEvery:       *rampEvery,
+		WaitBound:       *waitBound,
+		WorkersPerShard: *workers,
+		Slots:           *slots,
+		MaxRuns:         *maxRuns,
+		Seed:            *seed,
+		Out:             e.stdout,
 	})
 }
 

@@ -26,6 +26,8 @@ const (
 	exitOK    = 0
 	exitError = 1
 	exitUsage = 2
+	// exitInterrupted is the shell's code for a command ended by SIGINT.
+	exitInterrupted = 130
 )
 
 // usageError marks a mistake in the command line; it exits with code 2.
@@ -48,6 +50,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
+	case ctx.Err() != nil:
+		// Ctrl-C or SIGTERM: the benchmark has stopped what it started and
+		// printed what it saw.
+		fmt.Fprintf(stderr, "harvest-bench: interrupted (%v)\n", err)
+		return exitInterrupted
 	}
 	fmt.Fprintf(stderr, "harvest-bench: %v\n", err)
 	var ue usageError

@@ -29,6 +29,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/pkg/client"
+	"github.com/harvest-run/harvest/tools/internal/child"
 )
 
 const (
@@ -50,6 +51,7 @@ type proc struct {
 func startProc(name, bin string, env []string, logDir string, ready string) (*proc, <-chan struct{}, error) {
 	cmd := exec.Command(bin)
 	cmd.Env = env
+	child.Detach(cmd)
 	var logf *os.File
 	var err error
 	if logDir != "" {
@@ -136,12 +138,15 @@ func randomHex(n int) string {
 func FreshDatabase(ctx context.Context, serverURL, prefix string) (string, func() error, error) {
 	name := prefix + randomHex(6)
 	admin := func(sql string) error {
-		conn, err := pgx.Connect(ctx, serverURL)
+		// Not ctx: the drop must run after a Ctrl-C too.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(actx, serverURL)
 		if err != nil {
 			return fmt.Errorf("fleetbench: connect: %w", err)
 		}
-		defer conn.Close(context.WithoutCancel(ctx))
-		_, err = conn.Exec(context.WithoutCancel(ctx), sql)
+		defer conn.Close(actx)
+		_, err = conn.Exec(actx, sql)
 		return err
 	}
 	if err := admin("CREATE DATABASE " + name + " TEMPLATE template0"); err != nil {

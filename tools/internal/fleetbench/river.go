@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harvest-run/harvest/tools/internal/child"
 )
 
 // riverLine is the JSON line of bench/river.
@@ -56,6 +58,7 @@ func runRiver(ctx context.Context, cfg *Config, cooldown time.Duration) (Result,
 		args = append(args, "-fetch-cooldown", cooldown.String())
 	}
 	cmd := exec.CommandContext(ctx, cfg.RiverBin, args...)
+	child.Detach(cmd)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	pr, pw := io.Pipe()

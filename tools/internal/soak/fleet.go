@@ -462,6 +462,10 @@ func (f *Fleet) AddWorker(s int) (string, error) {
 		"HARVEST_WORKER_HEARTBEAT_INTERVAL="+(lease/4).String(),
 		"HARVEST_WORKER_POLL_INTERVAL=100ms",
 		"HARVEST_WORKER_JANITOR_INTERVAL="+f.opts.JanitorInterval.String(),
+		// A continuation waits for the worker that made it this long; when
+		// that worker was killed by a fault, that is the continuation's
+		// wait, so keep it to twice the lease (the default is 10s).
+		"HARVEST_WORKER_STICKY_FOR="+(2*lease).String(),
 		"HARVEST_WORKER_RETRY_BASE=10ms",
 		"HARVEST_WORKER_RETRY_MAX=50ms",
 		"HARVEST_WORKER_SHUTDOWN_GRACE=2s",

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,7 @@ type Load struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	seq    atomic.Int64
+	rate   atomic.Uint64 // float64 bits
 
 	mu       sync.Mutex
 	acks     []Ack
@@ -102,6 +104,7 @@ func (f *Fleet) StartLoad(opts LoadOptions) (*Load, error) {
 		return nil, err
 	}
 	l := &Load{f: f, opts: opts, tag: hex.EncodeToString(tag[:]), nc: nc, nats: map[string]*client.Client{}, stop: make(chan struct{})}
+	l.SetRate(opts.Rate)
 	for _, t := range f.opts.Tenants {
 		c, err := client.New(client.Options{NATS: nc, Tenant: t, NATSTimeout: 5 * time.Second})
 		if err != nil {
@@ -123,28 +126,43 @@ func (f *Fleet) StartLoad(opts LoadOptions) (*Load, error) {
 func (l *Load) run() {
 	defer l.wg.Done()
 	sem := make(chan struct{}, l.opts.Inflight)
-	tick := time.NewTicker(time.Duration(float64(time.Second) / l.opts.Rate))
+	// Starts are sent in steps of 10ms, as many as the rate owes by then,
+	// so a high rate needs no timer per start and a change of rate
+	// (SetRate) applies from the next step.
+	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
+	last := time.Now()
+	owed := 0.0
 	for {
 		select {
 		case <-l.stop:
 			return
-		case <-tick.C:
+		case now := <-tick.C:
+			owed += l.Rate() * now.Sub(last).Seconds()
+			last = now
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-l.stop:
-			return
+		for ; owed >= 1; owed-- {
+			select {
+			case sem <- struct{}{}:
+			case <-l.stop:
+				return
+			}
+			n := l.seq.Add(1)
+			l.wg.Add(1)
+			go func() {
+				defer l.wg.Done()
+				defer func() { <-sem }()
+				l.one(n)
+			}()
 		}
-		n := l.seq.Add(1)
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			defer func() { <-sem }()
-			l.one(n)
-		}()
 	}
 }
+
+// Rate is the load's current starts per second.
+func (l *Load) Rate() float64 { return math.Float64frombits(l.rate.Load()) }
+
+// SetRate changes the starts per second from the next step on.
+func (l *Load) SetRate(r float64) { l.rate.Store(math.Float64bits(r)) }
 
 // request builds start number n: its tenant, transport and request.
 func (l *Load) request(n int64) (string, bool, api.StartRequest) {

@@ -56,6 +56,7 @@ type Monitor struct {
 	urgentEx map[string]time.Time   // run -> first execution, attempt 1
 	stretch  *stretch               // the stretch in progress
 	judged   []stretch              // stretches long enough to judge
+	short    int                    // stretches too short to say anything
 	adm      []admissionSample      // the worst sample of each window
 	admBad   []string               // admission violations
 	windows  map[int]*windowSummary // window index -> summary
@@ -198,6 +199,11 @@ func (m *Monitor) pairLoop() {
 			m.endStretch(at)
 		case m.stretch == nil:
 			m.stretch = &stretch{from: at, startH: m.pairExec[PairHeavy], startL: m.pairExec[PairLight], startU: m.urgentN}
+		case int(at/time.Minute) != int(m.stretch.from/time.Minute):
+			// A stretch is cut at each minute, so that each minute of the
+			// report judges its own.
+			m.endStretch(at)
+			m.stretch = &stretch{from: at, startH: m.pairExec[PairHeavy], startL: m.pairExec[PairLight], startU: m.urgentN}
 		default:
 			m.stretch.to = at
 			m.stretch.heavy = m.pairExec[PairHeavy] - m.stretch.startH
@@ -213,6 +219,13 @@ func (m *Monitor) endStretch(at time.Duration) {
 	s := m.stretch
 	m.stretch = nil
 	if s == nil || s.heavy+s.light < minStretchClaims {
+		return
+	}
+	// A stretch too short for an even split of the pair to break its
+	// bound says nothing about the weights: count it, do not judge it.
+	n := float64(s.heavy + s.light)
+	if n*math.Abs(1-(PairWeight+1)/(2*PairWeight)) <= m.bound(*s) {
+		m.short++
 		return
 	}
 	m.judged = append(m.judged, *s)
@@ -281,6 +294,7 @@ func (m *Monitor) sampleAdmission() {
 // MonitorReport is what the monitor found.
 type MonitorReport struct {
 	Stretches        int
+	ShortStretches   int // too short for an even split to break the bound
 	PairClaims       int64
 	HeavyShare       float64 // of the pair's claims in the stretches
 	UrgentRuns       int     // urgent runs judged (first executed at attempt 1)
@@ -302,7 +316,7 @@ type MonitorReport struct {
 func (m *Monitor) Report() MonitorReport {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := MonitorReport{Limit: m.f.opts.MaxRuns, windows: m.windows, bound: m.bound, judged: m.judged, edge: m.edge}
+	r := MonitorReport{Limit: m.f.opts.MaxRuns, windows: m.windows, bound: m.bound, judged: m.judged, edge: m.edge, ShortStretches: m.short}
 	var h int64
 	for _, s := range m.judged {
 		r.Stretches++
@@ -365,8 +379,8 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 // row per minute.
 func (r MonitorReport) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "during the run: %d stretches with both pair keys backlogged, %d claims, heavy share %.1f%% (weights %g:1 give %.1f%%); edge allowance %d claims\n",
-		r.Stretches, r.PairClaims, 100*r.HeavyShare, PairWeight, 100*PairWeight/(PairWeight+1), r.edge)
+	fmt.Fprintf(&b, "during the run: %d stretches judged with both pair keys backlogged (%d more too short to judge), %d claims, heavy share %.1f%% (weights %g:1 give %.1f%%); edge allowance %d claims\n",
+		r.Stretches, r.ShortStretches, r.PairClaims, 100*r.HeavyShare, PairWeight, 100*PairWeight/(PairWeight+1), r.edge)
 	fmt.Fprintf(&b, "priority band: %d urgent runs judged, wait from acknowledgement to execution p50 %s, p99 %s\n",
 		r.UrgentRuns, r.UrgentWaitP50.Round(time.Millisecond), r.UrgentWaitP99.Round(time.Millisecond))
 	fmt.Fprintf(&b, "admission: at most %d unfinished runs over the shards (limit %d)\n", r.MaxUnfinished, r.Limit)

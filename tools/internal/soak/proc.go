@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/harvest-run/harvest/tools/internal/child"
 )
 
 // Command is how a role (gateway or worker) is started: a program and the
@@ -42,7 +44,7 @@ func startProc(name string, c Command, env []string) (*Proc, error) {
 	p.cmd.Env = env
 	p.cmd.Stdout = p.log
 	p.cmd.Stderr = p.log
-	detach(p.cmd)
+	child.Detach(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("soak: start %s: %w", name, err)
 	}

@@ -2,6 +2,7 @@ package soak
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -15,6 +16,23 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harvest-run/harvest/internal/schema"
+	"github.com/harvest-run/harvest/pkg/weights"
+)
+
+// Defaults of SoakOptions.
+const (
+	DefaultFaultEvery  = 20 * time.Second
+	DefaultMemoryEvery = 30 * time.Second
+	DefaultRate        = 10
+	// DefaultSlots is each worker's tasks at once in the soak: enough
+	// that the fleet, not its slots, sets the pace.
+	DefaultSlots = 100
+	// DefaultWaitBound is the p99 claim wait (claimed_at - due_at over a
+	// ramp step) past which a step fails.
+	DefaultWaitBound = 5 * time.Second
+	// soakBatch is the workers' default claim batch, for the monitor's
+	// edge allowance.
+	soakBatch = 50
 )
 
 // SoakOptions configure Run.
@@ -24,33 +42,79 @@ type SoakOptions struct {
 	// throwaway shard databases.
 	ServerURL string
 	Duration  time.Duration
-	// FaultEvery is the time between two faults (default 20s).
+	// FaultEvery is the time between two faults (DefaultFaultEvery).
 	FaultEvery time.Duration
-	// MemoryEvery is the time between two memory samples (default 30s).
+	// MemoryEvery is the time between two memory samples
+	// (DefaultMemoryEvery).
 	MemoryEvery time.Duration
-	// Rate is the load's starts per second (default 10).
+	// Rate is the load's starts per second (DefaultRate), the first step's
+	// with RampStep.
 	Rate float64
-	Seed uint64
-	Out  io.Writer
+	// RampStep, when positive, raises the rate by this much every
+	// RampEvery until a step breaks a promise, its p99 claim wait passes
+	// WaitBound, the load cannot send its rate, or Duration is over.
+	RampStep  float64
+	RampEvery time.Duration
+	WaitBound time.Duration
+	// WorkersPerShard and Slots size the fleet (2 and DefaultSlots).
+	WorkersPerShard int
+	Slots           int
+	// MaxRuns is the system limit (default: twelve seconds of starts, at
+	// least 1,000: a burst of the weighted pair is ten seconds' worth, so
+	// a fault that holds runs back during one meets the limit; a ramp sets
+	// none that it could reach).
+	MaxRuns int
+	Seed    uint64
+	Out     io.Writer
 }
 
-// Run starts a fleet on two fresh databases, drives a mixed load for the
-// duration while injecting a random fault every FaultEvery, then drains
-// the fleet and prints the invariant report and the memory of every
-// process over time. It returns an error when an invariant broke.
-func Run(ctx context.Context, o SoakOptions) error {
+func (o *SoakOptions) defaults() {
 	if o.FaultEvery <= 0 {
-		o.FaultEvery = 20 * time.Second
+		o.FaultEvery = DefaultFaultEvery
 	}
 	if o.MemoryEvery <= 0 {
-		o.MemoryEvery = 30 * time.Second
+		o.MemoryEvery = DefaultMemoryEvery
 	}
 	if o.Rate <= 0 {
-		o.Rate = 10
+		o.Rate = DefaultRate
+	}
+	if o.RampEvery <= 0 {
+		o.RampEvery = time.Minute
+	}
+	if o.WaitBound <= 0 {
+		o.WaitBound = DefaultWaitBound
+	}
+	if o.WorkersPerShard <= 0 {
+		o.WorkersPerShard = 2
+	}
+	if o.Slots <= 0 {
+		o.Slots = DefaultSlots
+	}
+	if o.MaxRuns <= 0 {
+		o.MaxRuns = max(1000, int(12*o.Rate))
+		if o.RampStep > 0 {
+			o.MaxRuns = 1_000_000
+		}
 	}
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
 	}
+}
+
+// ErrInterrupted is returned by Run when its context ended it: the report
+// then holds what was seen up to that point.
+var ErrInterrupted = errors.New("soak: interrupted")
+
+// Run starts a fleet on two fresh databases, drives the mixed load for the
+// duration while injecting a random fault every FaultEvery and a monitor
+// checks fairness, priority and admission, then drains the fleet and
+// prints the invariant report, the monitor's findings, the memory of every
+// process over time and the size of the hot tables before and after. It
+// returns an error when an invariant broke. When ctx ends (Ctrl-C), at any
+// phase, it stops the load, prints what it saw so far, stops every process
+// and drops its databases, and returns ErrInterrupted.
+func Run(ctx context.Context, o SoakOptions) (err error) {
+	o.defaults()
 	out := o.Out
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(out, "%s  %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
@@ -64,7 +128,7 @@ func Run(ctx context.Context, o SoakOptions) error {
 	for i := range 2 {
 		u, drop, err := createDB(ctx, o.ServerURL, fmt.Sprintf("harvest_soak_%d_%d", os.Getpid(), i))
 		if err != nil {
-			return err
+			return interrupted(ctx, err)
 		}
 		defer drop()
 		urls = append(urls, u)
@@ -72,27 +136,46 @@ func Run(ctx context.Context, o SoakOptions) error {
 	// A janitor tick every second: the shards grow during a soak, and each
 	// tick's fairness prune holds the running counts (see
 	// docs/reliability.md), so a faster janitor would throttle the fleet.
-	f, err := Start(ctx, Options{Bins: o.Bins, ShardURLs: urls, Dir: dir, Logf: logf, JanitorInterval: time.Second})
+	// A lease of 2s (heartbeat 500ms): a killed worker's tasks are claimed
+	// again within about 3s, under the wait bound, while the heartbeats of
+	// long tasks cost half of what the fault tests' 1s lease does.
+	f, err := Start(ctx, Options{Bins: o.Bins, ShardURLs: urls, Dir: dir, Logf: logf, JanitorInterval: time.Second, Lease: 2 * time.Second,
+		WorkersPerShard: o.WorkersPerShard, Slots: o.Slots, GatewayPool: 8, MaxRuns: o.MaxRuns})
 	if err != nil {
-		return err
+		return interrupted(ctx, err)
 	}
 	defer f.Close()
-	load, err := f.StartLoad(LoadOptions{Rate: o.Rate, Probe: true})
+	if _, err := f.Admin(0).SetWeight(ctx, Queue, PairHeavy, PairWeight); err != nil {
+		return interrupted(ctx, fmt.Errorf("soak: weight of %s: %w", PairHeavy, err))
+	}
+	maxConc, qrate := 10, max(5, o.Rate/10)
+	qburst := max(1, qrate)
+	if _, err := f.Admin(0).SetQuota(ctx, Queue, MeteredQuota, weights.Quota{MaxConcurrent: &maxConc, Rate: &qrate, Burst: &qburst}); err != nil {
+		return interrupted(ctx, fmt.Errorf("soak: quota %s: %w", MeteredQuota, err))
+	}
+	sizesBefore := f.TableSizes(ctx)
+	mon := NewMonitor(f, o.WorkersPerShard*min(soakBatch, o.Slots))
+	defer mon.Stop()
+	load, err := f.StartLoad(LoadOptions{Rate: o.Rate, Probe: true, Mixed: true, Monitor: mon, Inflight: max(64, int(o.Rate))})
 	if err != nil {
-		return err
+		return interrupted(ctx, err)
 	}
 	defer load.Abort()
 
 	rnd := rand.New(rand.NewPCG(o.Seed, 0))
-	logf("soak for %s, a fault every %s (seed %d); faults: %s", o.Duration, o.FaultEvery, o.Seed, FaultNames())
-	type memSample struct {
-		at  time.Duration
-		rss map[string]int64
+	mode := fmt.Sprintf("at %.0f starts/s", o.Rate)
+	if o.RampStep > 0 {
+		mode = fmt.Sprintf("from %.0f starts/s, +%.0f every %s until a step fails (p99 claim wait bound %s)", o.Rate, o.RampStep, o.RampEvery, o.WaitBound)
 	}
+	logf("soak for %s %s, %d workers of %d slots per shard, limit %d runs, a fault every %s (seed %d); faults: %s",
+		o.Duration, mode, o.WorkersPerShard, o.Slots, o.MaxRuns, o.FaultEvery, o.Seed, FaultNames())
 	began := time.Now()
+	cpu := newCPUSampler(f)
+	cpuFrom := cpu.snapshot()
 	var mem []memSample
 	sampleMem := func() {
 		mem = append(mem, memSample{time.Since(began).Round(time.Second), f.RSS()})
+		cpu.sample()
 	}
 	sampleMem()
 	end := time.After(o.Duration)
@@ -100,67 +183,90 @@ func Run(ctx context.Context, o SoakOptions) error {
 	defer faultT.Stop()
 	memT := time.NewTicker(o.MemoryEvery)
 	defer memT.Stop()
+	rampT := time.NewTicker(o.RampEvery)
+	defer rampT.Stop()
+	if o.RampStep <= 0 {
+		rampT.Stop()
+	}
+	ramp := &rampLog{f: f, load: load, mon: mon, bound: o.WaitBound, from: time.Now()}
 	faults := Faults()
 	counts := map[string]int{}
 	var faultErrs []string
+	stopped := false
 loop:
 	for {
 		select {
 		case <-ctx.Done():
+			stopped = true
 			break loop
 		case <-end:
 			break loop
 		case <-memT.C:
 			sampleMem()
 			sent, acked, retries, giveups := load.Stats()
-			logf("load: %d sent, %d acked, %d retries, %d given up", sent, acked, retries, giveups)
+			logf("load: %d sent, %d acked, %d retries, %d given up; %d unfinished", sent, acked, retries, giveups, f.Unfinished(ctx))
+		case <-rampT.C:
+			st := ramp.step(ctx)
+			logf("step %.0f starts/s: %s", st.rate, st)
+			if st.failed != "" {
+				logf("the step failed (%s): stopping the ramp", st.failed)
+				break loop
+			}
+			load.SetRate(load.Rate() + o.RampStep)
 		case <-faultT.C:
 			ft := faults[rnd.IntN(len(faults))]
 			fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			what, err := ft.Do(fctx, f, rnd)
 			cancel()
 			counts[ft.Name]++
-			if err != nil {
+			if err != nil && ctx.Err() == nil {
 				faultErrs = append(faultErrs, fmt.Sprintf("%s: %v", ft.Name, err))
 				logf("fault %q FAILED: %v", ft.Name, err)
-			} else {
+			} else if err == nil {
 				logf("fault %q: %s", ft.Name, what)
 			}
 		}
 	}
-	logf("stopping the load and draining")
-	load.Stop()
-	sampleMem()
-	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	drained := make(chan error, 1)
-	go func() { drained <- f.Drain(dctx, 8*time.Minute) }()
+	ran := time.Since(began)
+	cpu.sample()
+	cpuTo := cpu.snapshot()
+	rep := Report{ByStatus: nil}
 	var drainErr error
-	progress := time.NewTicker(15 * time.Second)
-	defer progress.Stop()
-wait:
-	for {
-		select {
-		case drainErr = <-drained:
-			break wait
-		case <-progress.C:
-			logf("draining: %d unfinished runs", f.Unfinished(dctx))
-		}
+	if !stopped {
+		logf("stopping the load and draining")
+		load.Stop()
+		sampleMem()
+		drainErr = drain(ctx, f, logf)
+		stopped = ctx.Err() != nil
 	}
-	logf("drained (err: %v); checking", drainErr)
-	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer ccancel()
-	rep := f.Check(cctx, load.Acked(), load.Problems())
-	if drainErr != nil {
-		rep.Violations = append(rep.Violations, "drain: "+drainErr.Error())
+	mon.Stop()
+	if stopped {
+		logf("interrupted: stopping the load; the final check is skipped, here is what was seen")
+		load.Abort()
+	} else {
+		logf("drained (err: %v); checking", drainErr)
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Minute)
+		rep = f.Check(cctx, load.Acked(), load.Problems())
+		ccancel()
+		if drainErr != nil {
+			rep.Violations = append(rep.Violations, "drain: "+drainErr.Error())
+		}
+		stopped = ctx.Err() != nil
 	}
 	for _, e := range faultErrs {
 		rep.Violations = append(rep.Violations, "fault did not go as planned: "+e)
 	}
+	mrep := mon.Report()
+	rep.Violations = append(rep.Violations, mrep.Violations...)
 
-	fmt.Fprintf(out, "\n## Soak report (%s, seed %d)\n\n", o.Duration, o.Seed)
+	title := "Soak report"
+	if stopped {
+		title = "Soak report, interrupted"
+	}
+	fmt.Fprintf(out, "\n## %s (%s of load, seed %d)\n\n", title, ran.Round(time.Second), o.Seed)
 	sent, acked, retries, giveups := load.Stats()
-	fmt.Fprintf(out, "load: %d starts sent, %d acknowledged, %d retries, %d given up\n", sent, acked, retries, giveups)
+	fmt.Fprintf(out, "load: %d starts sent, %d acknowledged (%.0f/s), %d retries, %d given up, %d cancelled by the load\n",
+		sent, acked, float64(acked)/ran.Seconds(), retries, giveups, load.Cancels())
 	names := make([]string, 0, len(counts))
 	for n := range counts {
 		names = append(names, n)
@@ -174,9 +280,63 @@ wait:
 	if se := load.ServerErrors(); len(se) > 0 {
 		fmt.Fprintf(out, "5xx answers other than 503 (each start was sent again): %d, e.g. %s\n", len(se), se[0])
 	}
-	fmt.Fprint(out, rep.String())
+	if len(ramp.steps) > 0 {
+		fmt.Fprint(out, ramp.String())
+	}
+	fmt.Fprint(out, mrep.String())
+	if !stopped {
+		fmt.Fprint(out, rep.String())
+	} else if len(rep.Violations) > 0 {
+		fmt.Fprintf(out, "VIOLATIONS so far:\n  %s\n", strings.Join(rep.Violations, "\n  "))
+	}
+	writeCPU(out, cpuFrom, cpuTo)
+	writeMemory(out, mem)
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	writeSizes(out, sizesBefore, f.TableSizes(sctx))
+	scancel()
+	switch {
+	case stopped:
+		return ErrInterrupted
+	case len(rep.Violations) > 0:
+		return fmt.Errorf("soak: %d invariant violation(s)", len(rep.Violations))
+	}
+	return nil
+}
 
-	// Memory: one column per process that was alive at some sample.
+// interrupted turns an error caused by the end of ctx into ErrInterrupted.
+func interrupted(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ErrInterrupted
+	}
+	return err
+}
+
+// drain waits for every run to finish, with progress lines, until ctx ends
+// or ten minutes pass.
+func drain(ctx context.Context, f *Fleet, logf func(string, ...any)) error {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	drained := make(chan error, 1)
+	go func() { drained <- f.Drain(dctx, 8*time.Minute) }()
+	progress := time.NewTicker(15 * time.Second)
+	defer progress.Stop()
+	for {
+		select {
+		case err := <-drained:
+			return err
+		case <-progress.C:
+			logf("draining: %d unfinished runs", f.Unfinished(dctx))
+		}
+	}
+}
+
+type memSample struct {
+	at  time.Duration
+	rss map[string]int64
+}
+
+// writeMemory prints one column per process that was alive at some sample.
+func writeMemory(out io.Writer, mem []memSample) {
 	cols := map[string]bool{}
 	for _, s := range mem {
 		for n := range s.rss {
@@ -203,10 +363,6 @@ wait:
 		fmt.Fprintf(tw, "%s\t\n", strings.Join(row, "\t"))
 	}
 	_ = tw.Flush()
-	if !rep.OK() {
-		return fmt.Errorf("soak: %d invariant violation(s)", len(rep.Violations))
-	}
-	return nil
 }
 
 // createDB creates a migrated database on the server and returns its URL
@@ -229,6 +385,7 @@ func createDB(ctx context.Context, serverURL, name string) (string, func(), erro
 	u.Path = "/" + name
 	dbURL := u.String()
 	drop := func() {
+		// Not ctx: the database goes even when the run was interrupted.
 		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if c, err := pgx.Connect(dctx, serverURL); err == nil {

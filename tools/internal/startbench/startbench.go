@@ -319,12 +319,15 @@ func freshDatabase(ctx context.Context, serverURL string) (string, func() error,
 	_, _ = rand.Read(b[:])
 	name := "harvest_bench_" + hex.EncodeToString(b[:])
 	admin := func(sql string) error {
-		conn, err := pgx.Connect(ctx, serverURL)
+		// Not ctx: the drop must run after a Ctrl-C too.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(actx, serverURL)
 		if err != nil {
 			return fmt.Errorf("startbench: connect to %s: %w", redact(serverURL), err)
 		}
-		defer conn.Close(context.WithoutCancel(ctx))
-		_, err = conn.Exec(ctx, sql)
+		defer conn.Close(actx)
+		_, err = conn.Exec(actx, sql)
 		return err
 	}
 	if err := admin(`CREATE DATABASE ` + name); err != nil {

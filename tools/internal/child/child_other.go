@@ -1,14 +1,14 @@
 //go:build !linux
 
-package soak
+package child
 
 import (
 	"os/exec"
 	"syscall"
 )
 
-// detach puts the child in its own process group (see proc_linux.go; only
+// Detach puts the child in its own process group (see proc_linux.go; only
 // Linux can also tie the child's life to the harness's).
-func detach(cmd *exec.Cmd) {
+func Detach(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 }

@@ -1,0 +1,72 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+)
+
+// hotTables are the tables every start, claim or completion writes.
+var hotTables = []string{"runs", "tasks", "fair_state", "fair_arrivals", "fair_queues", "fair_held",
+	"tenant_running", "admission_lease", "admission_ledger", "worker_presence"}
+
+// TableSize is one table of one shard at one moment.
+type TableSize struct {
+	Shard                int
+	Table                string
+	TableBytes, IdxBytes int64
+	Live, Dead           int64
+	Autovacuums          int64
+}
+
+// TableSizes reads the hot tables' sizes, live and dead rows and autovacuum
+// runs on every shard (a shard that does not answer is left out).
+func (f *Fleet) TableSizes(ctx context.Context) []TableSize {
+	var out []TableSize
+	for s, p := range f.direct {
+		rows, err := p.Query(ctx, `SELECT c.relname, pg_table_size(c.oid), pg_indexes_size(c.oid),
+			coalesce(st.n_live_tup, 0), coalesce(st.n_dead_tup, 0), coalesce(st.autovacuum_count, 0)
+			FROM pg_class c LEFT JOIN pg_stat_user_tables st ON st.relid = c.oid
+			WHERE c.relname = ANY($1) AND c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace`, hotTables)
+		if err != nil {
+			continue
+		}
+		for rows.Next() {
+			t := TableSize{Shard: s}
+			if rows.Scan(&t.Table, &t.TableBytes, &t.IdxBytes, &t.Live, &t.Dead, &t.Autovacuums) == nil {
+				out = append(out, t)
+			}
+		}
+		rows.Close()
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Shard != out[j].Shard {
+			return out[i].Shard < out[j].Shard
+		}
+		return out[i].Table < out[j].Table
+	})
+	return out
+}
+
+// writeSizes prints the hot tables before and after, per shard.
+func writeSizes(out io.Writer, before, after []TableSize) {
+	type k struct {
+		s int
+		t string
+	}
+	was := map[k]TableSize{}
+	for _, t := range before {
+		was[k{t.Shard, t.Table}] = t
+	}
+	fmt.Fprintln(out, "\nhot tables, before the load -> after the check (KiB of table / indexes; live and dead rows; autovacuums):")
+	tw := tabwriter.NewWriter(out, 1, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "shard\ttable\ttable KiB\tindex KiB\tlive rows\tdead rows\tautovacuums\t")
+	for _, t := range after {
+		b := was[k{t.Shard, t.Table}]
+		fmt.Fprintf(tw, "%d\t%s\t%d -> %d\t%d -> %d\t%d -> %d\t%d -> %d\t%d\t\n", t.Shard, t.Table,
+			b.TableBytes>>10, t.TableBytes>>10, b.IdxBytes>>10, t.IdxBytes>>10, b.Live, t.Live, b.Dead, t.Dead, t.Autovacuums-b.Autovacuums)
+	}
+	_ = tw.Flush()
+}
