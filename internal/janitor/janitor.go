@@ -23,7 +23,7 @@ var (
 	sqlTryLock          = mustSQL("JanitorTryLock")
 	sqlRunDeleteFinal   = mustSQL("RunDeleteFinished")
 	sqlBucketDeleteIdle = mustSQL("RateBucketDeleteIdle")
-	sqlFairRepairDue    = mustSQL("FairRepairDue")
+	sqlJobDue           = mustSQL("JanitorJobDue")
 	sqlFairVacuum       = mustSQL("FairVacuum")
 	sqlClockNow         = mustSQL("ClockNow")
 )
@@ -37,6 +37,7 @@ type Settings struct {
 	BucketGC           bool          `envconfig:"RATE_BUCKET_GC" default:"true" desc:"drop idle rate-limit buckets on each janitor tick; idle fairness state is pruned only while this is on"`
 	BucketIdleWindow   time.Duration `envconfig:"RATE_BUCKET_IDLE_WINDOW" default:"1h" desc:"a rate bucket or fairness key untouched this long counts as idle"`
 	FairRepairInterval time.Duration `envconfig:"FAIR_REPAIR_INTERVAL" default:"1m" desc:"how often one janitor of the shard rebuilds the fair claim's key heads from the task rows while claims go on (0: never)"`
+	FairPruneInterval  time.Duration `envconfig:"FAIR_PRUNE_INTERVAL" default:"1m" desc:"how often one janitor of the shard prunes idle fairness state, taking each fair queue's lock in turn (0: every tick)"`
 }
 
 // DefaultFairRepairInterval is how often the fairness heads are rebuilt from
@@ -45,10 +46,17 @@ type Settings struct {
 // safety net, not upkeep the claim depends on.
 const DefaultFairRepairInterval = time.Minute
 
+// DefaultFairPruneInterval is how often idle fairness state is pruned. A
+// key counts as idle after BucketIdleWindow (an hour), so pruning more
+// often finds nothing more; each prune takes every fair queue's lock in
+// turn, and from every janitor on every tick that was a turn taken from
+// the claims several times a second (docs/reliability.md).
+const DefaultFairPruneInterval = time.Minute
+
 // DefaultSettings returns the defaults of the Settings fields.
 func DefaultSettings() Settings {
 	return Settings{Retention: 7 * 24 * time.Hour, BucketGC: true, BucketIdleWindow: time.Hour,
-		FairRepairInterval: DefaultFairRepairInterval}
+		FairRepairInterval: DefaultFairRepairInterval, FairPruneInterval: DefaultFairPruneInterval}
 }
 
 // DB is what the janitor needs of a shard: a *pgxpool.Pool qualifies.

@@ -164,6 +164,7 @@ func TestBucketGCGatesTheFairnessPrune(t *testing.T) {
 	require.Equal(t, 2, b.scalar(`SELECT count(*) FROM fair_state`))
 
 	on := janitor.DefaultSettings()
+	on.FairPruneInterval = 0 // every tick: the test ticks twice in a row
 	on.BucketIdleWindow = 3 * time.Hour
 	rep, err = janitor.Tick(b.ctx, b.db, on)
 	require.NoError(t, err)
@@ -178,6 +179,22 @@ func TestBucketGCGatesTheFairnessPrune(t *testing.T) {
 	require.Equal(t, 2, rep.PrunedKeys)
 	require.Equal(t, 2, rep.DeletedBuckets)
 	require.Zero(t, b.scalar(`SELECT count(*) FROM fair_state`))
+
+	// At the default interval the prune runs once a minute on the shard,
+	// whichever janitor ticks: the first tick prunes, the next does not.
+	idle := `INSERT INTO fair_state (queue, key, pass, last_start, charged_at, in_debt)
+		VALUES ('q', 'idle', 1, 0, now() - interval '2 hours', false)`
+	_, err = b.db.Exec(b.ctx, idle)
+	require.NoError(t, err)
+	rep, err = janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.PrunedKeys)
+	_, err = b.db.Exec(b.ctx, idle)
+	require.NoError(t, err)
+	rep, err = janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.Zero(t, rep.PrunedKeys, "not due again within the interval")
+	require.Equal(t, 1, b.scalar(`SELECT count(*) FROM fair_state`))
 }
 
 func TestOnlyOneJanitorDoesTheExclusiveJobsAtOnce(t *testing.T) {

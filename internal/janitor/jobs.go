@@ -29,6 +29,7 @@ var lockedJobs = []lockedJob{
 	bucketCollector{},
 	deferredPruner{batch: DefaultDeleteBatch},
 	repairScheduler{},
+	pruneScheduler{},
 }
 
 // The same janitor runs these after that transaction committed.
@@ -67,6 +68,7 @@ type lockedTick struct {
 	s      Settings
 	rep    *Report
 	repair bool // the fair repair is due
+	prune  bool // the prune of idle fairness state is due
 }
 
 type lockedJob interface {
@@ -156,16 +158,33 @@ func (repairScheduler) runLocked(ctx context.Context, t *lockedTick) error {
 	if t.s.FairRepairInterval <= 0 {
 		return nil
 	}
-	return t.tx.QueryRow(ctx, sqlFairRepairDue, t.s.FairRepairInterval.Microseconds()).Scan(&t.repair)
+	return t.tx.QueryRow(ctx, sqlJobDue, t.s.FairRepairInterval.Microseconds(), "fair_repaired_at").Scan(&t.repair)
 }
 
-// fairPruner drops idle fairness state, while the GC is on; each queue in
-// a statement of its own under that queue's fair lock.
+// pruneScheduler decides whether this tick prunes idle fairness state: at
+// most once per FairPruneInterval on the shard (every tick when it is 0),
+// while the GC is on.
+type pruneScheduler struct{}
+
+func (pruneScheduler) name() string { return "schedule the fairness prune" }
+func (pruneScheduler) runLocked(ctx context.Context, t *lockedTick) error {
+	if !t.s.BucketGC {
+		return nil
+	}
+	if t.s.FairPruneInterval <= 0 {
+		t.prune = true
+		return nil
+	}
+	return t.tx.QueryRow(ctx, sqlJobDue, t.s.FairPruneInterval.Microseconds(), "fair_pruned_at").Scan(&t.prune)
+}
+
+// fairPruner drops idle fairness state when the prune is due; each queue
+// in a statement of its own under that queue's fair lock.
 type fairPruner struct{}
 
 func (fairPruner) name() string { return "prune idle fairness state" }
 func (fairPruner) runAfter(ctx context.Context, db DB, t *lockedTick) error {
-	if !t.s.BucketGC {
+	if !t.prune {
 		return nil
 	}
 	pruned, err := claim.PruneFairState(ctx, db, t.now, t.s.BucketIdleWindow, false)

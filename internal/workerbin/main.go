@@ -75,6 +75,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
+	warnAutovacuumOff(ctx, log, pool, cfg.Shard)
 
 	// running is set once the worker loop starts, so that /readyz does not
 	// send traffic-dependent checks to a worker still wiring itself up.
@@ -180,6 +181,18 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// warnAutovacuumOff logs a warning when the shard's server runs without
+// autovacuum: every run and task is updated several times, and only the
+// fair claim's small tables are vacuumed by the janitor, so runs and tasks
+// would grow with dead rows until someone vacuums them.
+func warnAutovacuumOff(ctx context.Context, log *slog.Logger, pool *pgxpool.Pool, shard int) {
+	var on bool
+	if err := pool.QueryRow(ctx, sqlAutovacuumOn).Scan(&on); err == nil && !on {
+		log.Warn("autovacuum is off on this shard's server: runs and tasks will grow with dead rows; turn it on, or vacuum them on a schedule",
+			"shard", shard)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"text/tabwriter"
+	"time"
 )
 
 // hotTables are the tables every start, claim or completion writes.
@@ -67,6 +68,35 @@ func writeSizes(out io.Writer, before, after []TableSize) {
 		b := was[k{t.Shard, t.Table}]
 		fmt.Fprintf(tw, "%d\t%s\t%d -> %d\t%d -> %d\t%d -> %d\t%d -> %d\t%d\t\n", t.Shard, t.Table,
 			b.TableBytes>>10, t.TableBytes>>10, b.IdxBytes>>10, t.IdxBytes>>10, b.Live, t.Live, b.Dead, t.Dead, t.Autovacuums-b.Autovacuums)
+	}
+	_ = tw.Flush()
+}
+
+type sizeSample struct {
+	at    time.Duration
+	sizes []TableSize
+}
+
+// writeSizesOverTime prints, at each memory sample, the two big tables of
+// every shard together: their size with indexes and their live and dead
+// rows. With retention (7 days by default) far longer than a soak, the
+// live rows grow with the runs; the dead ones must not.
+func writeSizesOverTime(out io.Writer, samples []sizeSample) {
+	fmt.Fprintln(out, "\nruns and tasks over the shards over time (MiB with indexes; live and dead rows; autovacuums so far):")
+	tw := tabwriter.NewWriter(out, 1, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "t\truns MiB\truns live\truns dead\ttasks MiB\ttasks live\ttasks dead\tautovacuums\t")
+	for _, s := range samples {
+		var rb, tb, rl, rd, tl, td, av int64
+		for _, t := range s.sizes {
+			switch t.Table {
+			case "runs":
+				rb, rl, rd = rb+t.TableBytes+t.IdxBytes, rl+t.Live, rd+t.Dead
+			case "tasks":
+				tb, tl, td = tb+t.TableBytes+t.IdxBytes, tl+t.Live, td+t.Dead
+			}
+			av += t.Autovacuums
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%d\t%d\t%.1f\t%d\t%d\t%d\t\n", s.at, float64(rb)/(1<<20), rl, rd, float64(tb)/(1<<20), tl, td, av)
 	}
 	_ = tw.Flush()
 }

@@ -173,9 +173,14 @@ func Run(ctx context.Context, o SoakOptions) (err error) {
 	cpu := newCPUSampler(f)
 	cpuFrom := cpu.snapshot()
 	var mem []memSample
+	var sizes []sizeSample
 	sampleMem := func() {
-		mem = append(mem, memSample{time.Since(began).Round(time.Second), f.RSS()})
+		at := time.Since(began).Round(time.Second)
+		mem = append(mem, memSample{at, f.RSS()})
 		cpu.sample()
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		sizes = append(sizes, sizeSample{at, f.TableSizes(sctx)})
+		cancel()
 	}
 	sampleMem()
 	end := time.After(o.Duration)
@@ -291,6 +296,7 @@ loop:
 	}
 	writeCPU(out, cpuFrom, cpuTo)
 	writeMemory(out, mem)
+	writeSizesOverTime(out, sizes)
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 	writeSizes(out, sizesBefore, f.TableSizes(sctx))
 	scancel()
