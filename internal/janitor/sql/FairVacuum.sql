@@ -5,5 +5,8 @@
 -- every start and finish updates (each tenant's running count, the
 -- shard's admission lease and, on shard 0, the ledger). Vacuum them all
 -- on each tick: they are a few pages, and this also keeps them small on a
--- server that runs without autovacuum.
-VACUUM (SKIP_LOCKED) fair_state, fair_queues, fair_arrivals, tenant_running, admission_lease, admission_ledger
+-- server that runs without autovacuum. Never truncate them: giving back
+-- their last empty pages would take each table's exclusive lock, and a
+-- claim, start or finish would wait behind it (the soak saw vacuums
+-- queuing for that lock under load).
+VACUUM (SKIP_LOCKED, TRUNCATE false) fair_state, fair_queues, fair_arrivals, tenant_running, admission_lease, admission_ledger

@@ -22,7 +22,7 @@ func runBenchSoak(ctx context.Context, e env, args []string) error {
 	rate := fs.Float64("rate", soak.DefaultRate, "new starts per second over all tenants (the first step's with --ramp-step)")
 	rampStep := fs.Float64("ramp-step", 0, "raise the rate by this much every --ramp-every until a step fails (0: a steady rate)")
 	rampEvery := fs.Duration("ramp-every", time.Minute, "length of a ramp step")
-	waitBound := fs.Duration("wait-bound", soak.DefaultWaitBound, "a ramp step fails when its p99 claim wait passes this")
+	waitBound := fs.Duration("wait-bound", soak.DefaultWaitBound, "a ramp step fails when its p95 claim wait passes this")
 	workers := fs.Int("workers", 2, "worker processes per shard")
 	slots := fs.Int("slots", soak.DefaultSlots, "tasks each worker runs at once")
 	maxRuns := fs.Int("max-runs", 0, "the system limit, HARVEST_MAX_RUNS (0: twelve seconds of starts, at least 1,000; none with --ramp-step)")

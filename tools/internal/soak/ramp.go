@@ -22,10 +22,10 @@ type rampLog struct {
 
 // rampStep is what one step of the ramp saw.
 type rampStep struct {
-	rate       float64 // asked
-	acked      float64 // acknowledged starts per second
-	claims     float64 // task claims per second over the shards
-	waitP99    time.Duration
+	rate       float64          // asked
+	acked      float64          // acknowledged starts per second
+	claims     float64          // task claims per second over the shards
+	wait       [3]time.Duration // p50, p95, p99 claim wait (worst shard)
 	unfinished int
 	giveups    int
 	violations int
@@ -37,8 +37,9 @@ func (s rampStep) String() string {
 	if s.failed != "" {
 		st = "FAILED: " + s.failed
 	}
-	return fmt.Sprintf("%.0f acked/s, %.0f claims/s, p99 claim wait %s, %d unfinished, %d given up, %d violations: %s",
-		s.acked, s.claims, s.waitP99.Round(time.Millisecond), s.unfinished, s.giveups, s.violations, st)
+	return fmt.Sprintf("%.0f acked/s, %.0f claims/s, claim wait p50 %s p95 %s p99 %s, %d unfinished, %d given up, %d violations: %s",
+		s.acked, s.claims, s.wait[0].Round(time.Millisecond), s.wait[1].Round(time.Millisecond), s.wait[2].Round(time.Millisecond),
+		s.unfinished, s.giveups, s.violations, st)
 }
 
 // step closes the step under way.
@@ -49,14 +50,14 @@ func (r *rampLog) step(ctx context.Context) rampStep {
 	viol := len(r.mon.Report().Violations)
 	st := rampStep{rate: r.load.Rate(), acked: float64(acked-r.acked) / el.Seconds(), giveups: giveups - r.giveups,
 		violations: viol - r.viol, unfinished: r.f.Unfinished(ctx)}
-	claims, p99 := r.f.ClaimWait(ctx, el)
-	st.claims, st.waitP99 = float64(claims)/el.Seconds(), p99
+	claims, wait := r.f.ClaimWait(ctx, el)
+	st.claims, st.wait = float64(claims)/el.Seconds(), wait
 	var why []string
 	if st.violations > 0 {
 		why = append(why, fmt.Sprintf("%d promise(s) broken", st.violations))
 	}
-	if st.waitP99 > r.bound {
-		why = append(why, fmt.Sprintf("p99 claim wait %s over the bound of %s", st.waitP99.Round(time.Millisecond), r.bound))
+	if st.wait[1] > r.bound {
+		why = append(why, fmt.Sprintf("p95 claim wait %s over the bound of %s", st.wait[1].Round(time.Millisecond), r.bound))
 	}
 	if st.acked < 0.9*st.rate {
 		why = append(why, fmt.Sprintf("the load sent %.0f of its %.0f starts/s", st.acked, st.rate))
@@ -75,13 +76,14 @@ func (r *rampLog) String() string {
 	var b strings.Builder
 	fmt.Fprintln(&b, "ramp:")
 	tw := tabwriter.NewWriter(&b, 1, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "asked/s\tacked/s\tclaims/s\tp99 claim wait\tunfinished\tgiven up\tviolations\toutcome\t")
+	fmt.Fprintln(tw, "asked/s\tacked/s\tclaims/s\tclaim wait p50 / p95 / p99\tunfinished\tgiven up\tviolations\toutcome\t")
 	for _, s := range r.steps {
 		out := "held"
 		if s.failed != "" {
 			out = "failed: " + s.failed
 		}
-		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%s\t%d\t%d\t%d\t%s\t\n", s.rate, s.acked, s.claims, s.waitP99.Round(time.Millisecond),
+		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%s / %s / %s\t%d\t%d\t%d\t%s\t\n", s.rate, s.acked, s.claims,
+			s.wait[0].Round(time.Millisecond), s.wait[1].Round(time.Millisecond), s.wait[2].Round(time.Millisecond),
 			s.unfinished, s.giveups, s.violations, out)
 	}
 	_ = tw.Flush()
@@ -89,27 +91,29 @@ func (r *rampLog) String() string {
 }
 
 // ClaimWait returns the claims of the last d over every shard and the
-// worst shard's p99 wait of a claimed task after it was due
+// worst shard's p50, p95 and p99 wait of a claimed task after it was due
 // (claimed_at - due_at; a retried task is due again at its retry, a
 // rescued one counts from its first due time). The weighted pair's bursts
 // are left out: they are made due all at once, so that they wait.
-func (f *Fleet) ClaimWait(ctx context.Context, d time.Duration) (int, time.Duration) {
+func (f *Fleet) ClaimWait(ctx context.Context, d time.Duration) (int, [3]time.Duration) {
 	total := 0
-	var worst time.Duration
+	var worst [3]time.Duration
 	for _, p := range f.direct {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		var n int
-		var p99 float64
-		err := p.QueryRow(qctx, `SELECT count(*), coalesce(percentile_cont(0.99) WITHIN GROUP
-			(ORDER BY extract(epoch FROM claimed_at - due_at)), 0)
+		var q []float64
+		err := p.QueryRow(qctx, `SELECT count(*), coalesce(percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP
+			(ORDER BY extract(epoch FROM claimed_at - due_at)), ARRAY[0, 0, 0]::float8[])
 			FROM tasks WHERE queue = $1 AND claimed_at > now() - make_interval(secs => $2)
-			  AND fairness_key NOT IN ($3, $4)`, Queue, d.Seconds(), PairHeavy, PairLight).Scan(&n, &p99)
+			  AND fairness_key NOT IN ($3, $4)`, Queue, d.Seconds(), PairHeavy, PairLight).Scan(&n, &q)
 		cancel()
-		if err != nil {
+		if err != nil || len(q) != 3 {
 			continue
 		}
 		total += n
-		worst = max(worst, time.Duration(p99*float64(time.Second)))
+		for i := range worst {
+			worst[i] = max(worst[i], time.Duration(q[i]*float64(time.Second)))
+		}
 	}
 	return total, worst
 }

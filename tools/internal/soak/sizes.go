@@ -100,3 +100,18 @@ func writeSizesOverTime(out io.Writer, samples []sizeSample) {
 	}
 	_ = tw.Flush()
 }
+
+// AutovacuumOff reports whether the shards' server runs without autovacuum.
+func (f *Fleet) AutovacuumOff(ctx context.Context) bool {
+	var on bool
+	err := f.direct[0].QueryRow(ctx, `SELECT current_setting('autovacuum')::boolean`).Scan(&on)
+	return err == nil && !on
+}
+
+// VacuumRunsAndTasks vacuums the two big tables of every shard, as
+// autovacuum would, for a server that runs without it.
+func (f *Fleet) VacuumRunsAndTasks(ctx context.Context) {
+	for _, p := range f.direct {
+		_, _ = p.Exec(ctx, `VACUUM (SKIP_LOCKED) runs, tasks`)
+	}
+}
