@@ -20,7 +20,7 @@ type cpuSampler struct {
 	at      time.Time
 	harness time.Duration
 	pg      time.Duration
-	procs   map[string]time.Duration
+	procs   map[string]time.Duration // name/pid -> CPU
 }
 
 func newCPUSampler(f *Fleet) *cpuSampler {
@@ -36,7 +36,9 @@ func (c *cpuSampler) sample() {
 	for _, p := range c.f.Procs() {
 		if !p.Exited() {
 			if t := child.CPU(p.Pid()); t > 0 {
-				c.procs[p.Name] = t
+				// By name and pid: a gateway restarted after a fault has
+				// the same name and a fresh count.
+				c.procs[fmt.Sprintf("%s/%d", p.Name, p.Pid())] = t
 			}
 		}
 	}
