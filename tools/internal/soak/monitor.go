@@ -57,7 +57,6 @@ type Monitor struct {
 	stretch  *stretch               // the stretch in progress
 	judged   []stretch              // stretches long enough to judge
 	short    int                    // stretches too short to say anything
-	adm      []admissionSample      // the worst sample of each window
 	admBad   []string               // admission violations
 	windows  map[int]*windowSummary // window index -> summary
 	done     chan struct{}
@@ -84,11 +83,6 @@ func (s stretch) excess() float64 {
 // order can move the clock and restart the bound), plus the edge.
 func (m *Monitor) bound(s stretch) float64 {
 	return float64(s.urgent+1)*(1/PairWeight+1) + 2*float64(m.edge)
-}
-
-type admissionSample struct {
-	at                time.Duration
-	unfinished, limit int
 }
 
 // windowSummary is one minute of the monitor's findings.
