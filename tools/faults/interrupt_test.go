@@ -38,8 +38,11 @@ var benchBin = sync.OnceValues(func() (string, error) {
 // A soak stopped by SIGINT or SIGTERM, while it sets up or while its load
 // runs, exits 130 with the report of what it saw, and leaves neither a
 // process nor a database behind.
+//
+// Not parallel: the command's output is copied by goroutines of os/exec,
+// which the goroutine-leak checks of the parallel fault tests would count
+// as theirs.
 func TestSoakStopsCleanlyOnSignal(t *testing.T) {
-	t.Parallel()
 	bin, err := benchBin()
 	require.NoError(t, err)
 	server := testsvc.ServerURL(t)
