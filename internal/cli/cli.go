@@ -170,7 +170,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // runBenchMoved says where the benchmarks went: they live in the tools
 // module, so that their dependencies stay out of this binary.
 func runBenchMoved(context.Context, env, []string) error {
-	return usageError{Msg: "the benchmarks moved to the tools module: run go -C tools run ./cmd/harvest-bench <claim|claim-chart|starts|fleet|soak> [flags] from the repository"}
+	return usageError{Msg: "the benchmarks moved to the tools module: run go -C tools run ./cmd/harvest-bench <claim|claim-chart|starts|fleet|fairness|move|soak> [flags] from the repository"}
 }
 
 // runVersion prints "harvest <version>" on stdout, as --version does.

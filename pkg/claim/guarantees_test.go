@@ -522,13 +522,24 @@ func TestGuaranteeTwoLevelHoldsAtConcurrency(t *testing.T) {
 	})
 }
 
-// Charged by runtime (and two-level), every attempt that ended is settled
-// exactly once: one fair_held row per claim taken, whatever the claimers,
-// batches and noise, and none left once a last claim has folded them.
+// Charged by runtime, one-level (batches through the fair bulk step) and
+// two-level (batches one row at a time), every attempt that ended is
+// settled exactly once: one fair_held row per claim taken, whatever the
+// claimers, batches and noise, and none left once a last claim has folded
+// them.
 func TestGuaranteeRuntimeSettlesOnceAtConcurrency(t *testing.T) {
 	t.Parallel()
+	for _, two := range []bool{false, true} {
+		t.Run(fmt.Sprintf("two_level=%v", two), func(t *testing.T) {
+			t.Parallel()
+			runtimeSettlesOnce(t, two)
+		})
+	}
+}
+
+func runtimeSettlesOnce(t *testing.T, two bool) {
 	atEachClaimerCount(t, func(t *testing.T, c int, f *fleet) {
-		_, err := f.db().Exec(f.ctx, `SELECT harvest_queue_fairness_set('q', true, 'runtime', 'test')`)
+		_, err := f.db().Exec(f.ctx, `SELECT harvest_queue_fairness_set('q', $1, 'runtime', 'test')`, two)
 		require.NoError(t, err)
 		// Every settlement row ever written, though the claims fold them
 		// away as they go.

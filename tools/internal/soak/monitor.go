@@ -92,7 +92,6 @@ type windowSummary struct {
 	worstExcess       float64
 	worstBound        float64
 	maxUnfinished     int
-	urgentWaits       []time.Duration
 	admissionFailures int
 }
 
@@ -297,7 +296,8 @@ type MonitorReport struct {
 	MaxUnfinished    int
 	Limit            int
 	Violations       []string
-	windows          map[int]*windowSummary
+	windows          map[int]windowSummary
+	urgentByMinute   map[int][]time.Duration // acknowledgement to execution, by minute of the acknowledgement
 	bound            func(stretch) float64
 	judged           []stretch
 	edge             int
@@ -310,7 +310,14 @@ type MonitorReport struct {
 func (m *Monitor) Report() MonitorReport {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	r := MonitorReport{Limit: m.f.opts.MaxRuns, windows: m.windows, bound: m.bound, judged: m.judged, edge: m.edge, ShortStretches: m.short}
+	// A copy of the windows: the report is read (and its urgent waits
+	// sorted) after the lock is released, and Report may be called again.
+	windows := make(map[int]windowSummary, len(m.windows))
+	for i, w := range m.windows {
+		windows[i] = *w
+	}
+	r := MonitorReport{Limit: m.f.opts.MaxRuns, windows: windows, urgentByMinute: map[int][]time.Duration{},
+		bound: m.bound, judged: m.judged, edge: m.edge, ShortStretches: m.short}
 	var h int64
 	for _, s := range m.judged {
 		r.Stretches++
@@ -335,7 +342,8 @@ func (m *Monitor) Report() MonitorReport {
 		}
 		r.UrgentRuns++
 		waits = append(waits, ex.Sub(ack))
-		m.window(ack.Sub(m.began)).urgentWaits = append(m.window(ack.Sub(m.began)).urgentWaits, ex.Sub(ack))
+		i := int(ack.Sub(m.began) / time.Minute)
+		r.urgentByMinute[i] = append(r.urgentByMinute[i], ex.Sub(ack))
 		from, to := ack.Add(urgentSlack), ex.Add(-urgentSlack)
 		if !to.After(from) {
 			continue
@@ -355,7 +363,7 @@ func (m *Monitor) Report() MonitorReport {
 	}
 	sort.Slice(waits, func(i, j int) bool { return waits[i] < waits[j] })
 	r.UrgentWaitP50, r.UrgentWaitP99 = quantile(waits, 0.5), quantile(waits, 0.99)
-	for _, w := range m.windows {
+	for _, w := range windows {
 		r.MaxUnfinished = max(r.MaxUnfinished, w.maxUnfinished)
 	}
 	r.Violations = append(r.Violations, m.admBad...)
@@ -392,9 +400,10 @@ func (r MonitorReport) String() string {
 			share = fmt.Sprintf("%.1f%%", 100*float64(w.heavy)/float64(w.heavy+w.light))
 			worst = fmt.Sprintf("%.1f / %.1f", w.worstExcess, w.worstBound)
 		}
-		sort.Slice(w.urgentWaits, func(a, c int) bool { return w.urgentWaits[a] < w.urgentWaits[c] })
+		waits := r.urgentByMinute[i]
+		sort.Slice(waits, func(a, c int) bool { return waits[a] < waits[c] })
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t\n", i, w.stretches, w.heavy+w.light, share, worst,
-			quantile(w.urgentWaits, 0.99).Milliseconds(), w.maxUnfinished, w.admissionFailures)
+			quantile(waits, 0.99).Milliseconds(), w.maxUnfinished, w.admissionFailures)
 	}
 	_ = tw.Flush()
 	return b.String()
