@@ -2,7 +2,6 @@ package claim_test
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"testing"
 	"time"
@@ -312,9 +311,7 @@ var interleaveStats struct{ waited, concurrent, dbClock int }
 
 func TestSQLFollowsModelWithInterleavings(t *testing.T) {
 	t.Parallel()
-	if f := flag.Lookup("rapid.steps"); f != nil && f.Value.String() == f.DefValue {
-		require.NoError(t, flag.Set("rapid.steps", "80"))
-	}
+	rapidSteps(t)
 	b := setup(t)
 	rapid.Check(t, func(rt *rapid.T) {
 		b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas, rate_buckets,

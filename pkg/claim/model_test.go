@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -388,11 +389,27 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 // cases.
 type modelStats struct{ ok, refused, lagged, pruned, held int }
 
+// rapidSteps sets rapid's steps per check to 80 unless the command line
+// chose a number, once for the package: the model tests run in parallel,
+// and setting the flag from each raced with the others reading it.
+func rapidSteps(t *testing.T) {
+	t.Helper()
+	rapidStepsOnce.Do(func() {
+		if f := flag.Lookup("rapid.steps"); f != nil && f.Value.String() == f.DefValue {
+			rapidStepsErr = flag.Set("rapid.steps", "80")
+		}
+	})
+	require.NoError(t, rapidStepsErr)
+}
+
+var (
+	rapidStepsOnce sync.Once
+	rapidStepsErr  error
+)
+
 func TestSQLFollowsModel(t *testing.T) {
 	t.Parallel()
-	if f := flag.Lookup("rapid.steps"); f != nil && f.Value.String() == f.DefValue {
-		require.NoError(t, flag.Set("rapid.steps", "80"))
-	}
+	rapidSteps(t)
 	b := setup(t)
 	stats := &modelStats{}
 	rapid.Check(t, func(rt *rapid.T) {
