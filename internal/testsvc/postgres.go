@@ -276,6 +276,47 @@ func NewEmptyDBURL(t testing.TB) string {
 	return newDB(t, ServerURL(t), false)
 }
 
+// NewDBCollatedURL creates a migrated database whose default collation is
+// the ICU locale icuLocale ("en-US") rather than the server's, and returns
+// its URL; it is dropped when the test ends. Tests of lock order use it:
+// under such a collation "a_b" sorts before "a-c" and "a" before "B",
+// unlike bytes. The test is skipped when the server was built without ICU.
+func NewDBCollatedURL(t testing.TB, icuLocale string) string {
+	t.Helper()
+	adminURL := ServerURL(t)
+	name := RandomName("harvest_test_icu_")
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	err := adminExec(ctx, adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+
+		" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE "+quoteLiteral(icuLocale))
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "0A000" { // feature_not_supported: no ICU
+		t.Skipf("testsvc: the server has no ICU collations: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("testsvc: create database %s with ICU locale %s: %v", name, icuLocale, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		if err := dropDB(ctx, adminURL, name); err != nil {
+			t.Errorf("testsvc: %v", err)
+		}
+	})
+	dbURL := withDatabase(adminURL, name)
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatalf("testsvc: connect to %s: %v", name, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := schema.Migrate(ctx, conn); err != nil {
+		t.Fatalf("testsvc: migrate %s: %v", name, err)
+	}
+	return dbURL
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
 // newDB creates a database on the server at adminURL, migrated (a copy of
 // the process's migrated template) or empty, registers its drop with
 // t.Cleanup and returns its URL.

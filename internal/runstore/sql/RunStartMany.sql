@@ -59,7 +59,7 @@ WITH input AS (
     SELECT coalesce(sum(running), 0)::bigint AS running, harvest_shard_lease() AS lease FROM tenant_running
 ), counted AS (
     INSERT INTO tenant_running AS t (tenant, running)
-    SELECT tenant, count(*) FROM run GROUP BY tenant ORDER BY tenant
+    SELECT tenant, count(*) FROM run GROUP BY tenant ORDER BY tenant COLLATE "C"
     ON CONFLICT (tenant) DO UPDATE SET running = t.running + excluded.running
     -- A tenant moving here is judged with its runs still on the old home.
     RETURNING tenant, running + coalesce((SELECT a.runs FROM tenant_away a WHERE a.tenant = t.tenant), 0) AS running

@@ -1,26 +1,48 @@
 -- Put back tasks whose lease expired (database clock), or fail their run
 -- when it has used its attempts. A task finished meanwhile is not running
 -- any more and is never touched.
+--
+-- Locks are taken as a completion batch takes them: the tasks, then the
+-- runs this pass fails, then their tenants' count rows in byte order
+-- (COLLATE "C", see runstore's TenantRunningLock). Failing the runs one by
+-- one would take tenant rows in lease order, which a start group holding
+-- two of the same tenants in the other order would deadlock with.
 CREATE OR REPLACE FUNCTION harvest_rescue_expired(p_limit integer, OUT rescued integer, OUT failed integer)
 LANGUAGE plpgsql AS $$
 DECLARE
-    r_task tasks%ROWTYPE;
-    v_max  integer;
+    v_ids  bigint[];
+    r_task record;
 BEGIN
     rescued := 0;
     failed := 0;
+    SELECT array_agg(e.id ORDER BY e.lease_expires_at) INTO v_ids
+    FROM (SELECT t.id, t.lease_expires_at FROM tasks t
+          WHERE t.state = 'running' AND t.lease_expires_at < now()
+          ORDER BY t.lease_expires_at
+          LIMIT p_limit
+          FOR UPDATE SKIP LOCKED) AS e;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+    -- The runs that have used their attempts, then their tenants' rows.
+    PERFORM 1 FROM runs r
+    WHERE r.pk IN (SELECT t.run_pk FROM tasks t WHERE t.id = ANY (v_ids))
+    ORDER BY r.pk FOR UPDATE;
+    PERFORM 1 FROM tenant_running c
+    WHERE c.tenant IN (SELECT r.tenant FROM tasks t JOIN runs r ON r.pk = t.run_pk
+                       WHERE t.id = ANY (v_ids) AND t.attempt >= r.max_attempts
+                         AND r.status NOT IN ('completed', 'failed', 'cancelled'))
+    ORDER BY c.tenant COLLATE "C" FOR UPDATE;
     FOR r_task IN
-        SELECT * FROM tasks
-        WHERE state = 'running' AND lease_expires_at < now()
-        ORDER BY lease_expires_at
-        LIMIT p_limit
-        FOR UPDATE SKIP LOCKED
+        SELECT t.id, t.run_pk, t.attempt, r.max_attempts
+        FROM tasks t LEFT JOIN runs r ON r.pk = t.run_pk
+        WHERE t.id = ANY (v_ids)
+        ORDER BY t.lease_expires_at
     LOOP
-        SELECT max_attempts INTO v_max FROM runs WHERE pk = r_task.run_pk;
-        IF r_task.attempt >= coalesce(v_max, 1) THEN
+        IF r_task.attempt >= coalesce(r_task.max_attempts, 1) THEN
             UPDATE tasks SET state = 'done', lease_expires_at = NULL WHERE id = r_task.id;
             PERFORM harvest_run_finish(r_task.run_pk, 'failed', NULL,
-                format('lease expired on attempt %s of %s', r_task.attempt, v_max));
+                format('lease expired on attempt %s of %s', r_task.attempt, r_task.max_attempts));
             failed := failed + 1;
         ELSE
             UPDATE tasks SET state = 'pending', lease_token = NULL, lease_expires_at = NULL, claimed_by = NULL
