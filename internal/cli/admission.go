@@ -9,6 +9,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -31,7 +32,7 @@ type admissionEnv struct {
 	Prefix     string `envconfig:"GATEWAY_SUBJECT_PREFIX" default:"harvest"`
 }
 
-const admissionUsage = "admission get [--json] | set [--algorithm no_limit|static|dynamic] [--tfm X] [--json]"
+const admissionUsage = "admission get [--json] | set [--algorithm no_limit|static|dynamic] [--tfm X] [--scheduled-share X] [--json] | priority --tenant T [--max N | --clear] [--json]"
 
 func runAdmission(ctx context.Context, e env, args []string) error {
 	if len(args) == 0 {
@@ -42,11 +43,13 @@ func runAdmission(ctx context.Context, e env, args []string) error {
 		return admissionGet(ctx, e, args[1:])
 	case "set":
 		return admissionSet(ctx, e, args[1:])
+	case "priority":
+		return admissionPriority(ctx, e, args[1:])
 	case "-h", "--help", "help":
 		fmt.Fprintln(e.stdout, "usage: harvest "+admissionUsage)
 		return nil
 	}
-	return usageError{Msg: fmt.Sprintf("unknown admission command %q (want get or set)", args[0])}
+	return usageError{Msg: fmt.Sprintf("unknown admission command %q (want get, set or priority)", args[0])}
 }
 
 func loadAdmissionEnv() (admissionEnv, error) {
@@ -138,11 +141,15 @@ func readAdmission(ctx context.Context, e env, cfg admissionEnv, tokensFlag stri
 	if err != nil {
 		return tenantcap.AdmissionView{}, err
 	}
+	ceilings, err := tenantcap.LoadCeilings(ctx, conns[0])
+	if err != nil {
+		return tenantcap.AdmissionView{}, err
+	}
 	dbs := make([]tenantcap.DB, len(conns))
 	for i, c := range conns {
 		dbs[i] = c
 	}
-	return tenantcap.BuildAdmissionView(ctx, dbs, cur, cfg.MaxRuns, tenants)
+	return tenantcap.BuildAdmissionView(ctx, dbs, cur, ceilings, cfg.MaxRuns, tenants)
 }
 
 // registeredTenants reads the tenants of the tokens file, when one is named.
@@ -179,6 +186,8 @@ func printAdmission(e env, v tenantcap.AdmissionView, asJSON bool) error {
 	} else {
 		fmt.Fprintf(w, "limit          %d per tenant\n", *v.Limit)
 	}
+	fmt.Fprintf(w, "scheduled      at most %d runs not due yet per tenant (scheduled_share %s)\n",
+		v.ScheduledCap, strconv.FormatFloat(v.ScheduledShare, 'g', -1, 64))
 	if v.UpdatedBy != "" {
 		fmt.Fprintf(w, "updated        %s by %s\n", v.UpdatedAt, v.UpdatedBy)
 	}
@@ -196,13 +205,18 @@ func printAdmission(e env, v tenantcap.AdmissionView, asJSON bool) error {
 	for _, t := range names {
 		fmt.Fprintf(w, "  %-24s %d\n", t, v.Running[t])
 	}
+	fmt.Fprintf(w, "priority ceilings (others: %d):\n", api.DefaultMaxPriority)
+	for _, c := range v.PriorityCeilings {
+		fmt.Fprintf(w, "  %-24s %d (by %s)\n", c.Tenant, c.MaxPriority, c.UpdatedBy)
+	}
 	return nil
 }
 
 func admissionSet(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "admission set", "admission set [--algorithm no_limit|static|dynamic] [--tfm X] [--json]")
+	fs := newFlags(e, "admission set", "admission set [--algorithm no_limit|static|dynamic] [--tfm X] [--scheduled-share X] [--json]")
 	algo := fs.String("algorithm", "", "no_limit, static or dynamic")
 	tfm := fs.String("tfm", "", "tenant fairness multiplier: a positive finite number")
+	share := fs.String("scheduled-share", "", "share of a tenant's budget its runs not due yet may hold: above 0, at most 1")
 	asJSON := fs.Bool("json", false, "print the GET /v1/admission body afterwards")
 	tokens := fs.String("tokens", "", "tokens file naming the registered tenants (default $HARVEST_GATEWAY_TOKENS_FILE)")
 	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for each shard")
@@ -223,8 +237,15 @@ func admissionSet(ctx context.Context, e env, args []string) error {
 		}
 		p.TFM = &v
 	}
+	if set["scheduled-share"] {
+		v, err := strconv.ParseFloat(*share, 64)
+		if err != nil {
+			return usageError{Msg: fmt.Sprintf("--scheduled-share: %q is not a number", *share)}
+		}
+		p.ScheduledShare = &v
+	}
 	if p.Empty() {
-		return usageError{Msg: "nothing to set: give --algorithm, --tfm or both"}
+		return usageError{Msg: "nothing to set: give --algorithm, --tfm, --scheduled-share or several"}
 	}
 	gw, err := loadGateway()
 	if err != nil {
@@ -268,7 +289,7 @@ func admissionSetError(err error) error {
 	var ae *api.Error
 	if errors.As(err, &ae) && ae.Code == api.CodeInvalidArgument {
 		if ae.Field != "" {
-			return usageError{Msg: "--" + ae.Field + ": " + ae.Message}
+			return usageError{Msg: "--" + strings.ReplaceAll(ae.Field, "_", "-") + ": " + ae.Message}
 		}
 		return usageError{Msg: ae.Message}
 	}
@@ -281,7 +302,7 @@ func admissionSetError(err error) error {
 func admissionSetGateway(ctx context.Context, e env, gw *client.Client, p tenantcap.Patch, asJSON bool, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	ch := client.AdmissionChange{Algorithm: p.Algorithm, TFM: p.TFM}
+	ch := client.AdmissionChange{Algorithm: p.Algorithm, TFM: p.TFM, ScheduledShare: p.ScheduledShare}
 	if p.TFM != nil && (math.IsNaN(*p.TFM) || math.IsInf(*p.TFM, 0)) {
 		// JSON cannot carry it; the gateway would refuse it anyway.
 		return admissionSetError(tenantcap.ValidateTFM(*p.TFM))
@@ -312,4 +333,112 @@ func announce(ctx context.Context, e env, cfg admissionEnv, cur tenantcap.Curren
 		fmt.Fprintf(e.stderr, "note: change saved but not announced over NATS (%v); gateways apply it within HARVEST_ADMISSION_RELOAD (%s)\n",
 			err, cfg.Reload)
 	}
+}
+
+// admissionPriority reads, sets or clears a tenant's priority ceiling,
+// through the gateway when HARVEST_GATEWAY_URL is set, else on shard 0
+// (then announced over NATS like an admission change).
+func admissionPriority(ctx context.Context, e env, args []string) error {
+	fs := newFlags(e, "admission priority", "admission priority --tenant T [--max N | --clear] [--json]")
+	tenant := fs.String("tenant", "", "the tenant (required)")
+	maxP := fs.Int("max", 0, fmt.Sprintf("the highest priority the tenant's starts may carry, %d to %d", api.MinPriority, api.MaxPriority))
+	clear := fs.Bool("clear", false, fmt.Sprintf("back to the default ceiling, %d", api.DefaultMaxPriority))
+	asJSON := fs.Bool("json", false, "print the ceiling as JSON")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for shard 0 or the gateway")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case *tenant == "":
+		return usageError{Msg: "--tenant is required"}
+	case set["max"] && *clear:
+		return usageError{Msg: "give --max or --clear, not both"}
+	}
+	if err := auth.ValidateTenant(*tenant); err != nil {
+		return usageError{Msg: "--tenant: " + err.Error()}
+	}
+	cctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	gw, err := loadGateway()
+	if err != nil {
+		return err
+	}
+	var c api.PriorityCeiling
+	if gw != nil {
+		switch {
+		case set["max"]:
+			c, err = gw.SetPriorityCeiling(cctx, *tenant, *maxP)
+		case *clear:
+			c, err = gw.ClearPriorityCeiling(cctx, *tenant)
+		default:
+			c, err = gw.PriorityCeiling(cctx, *tenant)
+		}
+	} else {
+		c, err = admissionPriorityDirect(cctx, e, *tenant, set["max"], *maxP, *clear, *timeout)
+	}
+	if err != nil {
+		return admissionSetError(err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(c)
+	}
+	how := "its own"
+	if c.Default {
+		how = "the default"
+	}
+	fmt.Fprintf(e.stdout, "tenant %s: priorities up to %d (%s ceiling)\n", c.Tenant, c.MaxPriority, how)
+	return nil
+}
+
+// admissionPriorityDirect is admission priority on shard 0: refusals are
+// audited here, as the gateway's routes audit theirs.
+func admissionPriorityDirect(ctx context.Context, e env, tenant string, setMax bool, maxP int, clear bool, timeout time.Duration) (api.PriorityCeiling, error) {
+	cfg, err := loadAdmissionEnv()
+	if err != nil {
+		return api.PriorityCeiling{}, err
+	}
+	conns, err := connectShards(ctx, cfg.Shards[:1], timeout)
+	if err != nil {
+		return api.PriorityCeiling{}, err
+	}
+	defer closeConns(conns)
+	if !setMax && !clear {
+		ceilings, err := tenantcap.LoadCeilings(ctx, conns[0])
+		if err != nil {
+			return api.PriorityCeiling{}, err
+		}
+		return ceilings.Ceiling(tenant), nil
+	}
+	var c api.PriorityCeiling
+	if setMax {
+		c, err = tenantcap.SetCeiling(ctx, conns[0], cliActor(), tenant, maxP)
+	} else {
+		c, err = tenantcap.ClearCeiling(ctx, conns[0], cliActor(), tenant)
+	}
+	var ae *api.Error
+	if errors.As(err, &ae) {
+		attempted, _ := json.Marshal(map[string]any{"tenant": tenant, "max_priority": maxP, "clear": clear})
+		if aerr := tenantcap.RecordCeilingRefusal(ctx, conns[0], cliActor(), attempted, ae); aerr != nil {
+			fmt.Fprintf(e.stderr, "note: the refusal could not be audited: %v\n", aerr)
+		}
+	}
+	if err != nil {
+		return api.PriorityCeiling{}, err
+	}
+	nc, nerr := nats.Connect(cfg.NATSURL, nats.Timeout(2*time.Second), nats.Name("harvest admission priority"))
+	if nerr == nil {
+		defer nc.Close()
+		if nerr = tenantcap.PublishCeilings(ctx, nc, cfg.Prefix, c); nerr == nil {
+			nerr = nc.FlushTimeout(2 * time.Second)
+		}
+	}
+	if nerr != nil {
+		fmt.Fprintf(e.stderr, "note: change saved but not announced over NATS (%v); gateways apply it within HARVEST_ADMISSION_RELOAD (%s)\n",
+			nerr, cfg.Reload)
+	}
+	return c, nil
 }

@@ -216,7 +216,7 @@ func (g *Gateway) admissionView(ctx context.Context) (tenantcap.AdmissionView, *
 	for i, p := range g.shards {
 		dbs[i] = p
 	}
-	v, err := tenantcap.BuildAdmissionView(ctx, dbs, g.adm.watcher.Current(), g.adm.adm.MaxRuns(), g.tokens.Tenants())
+	v, err := tenantcap.BuildAdmissionView(ctx, dbs, g.adm.watcher.Current(), g.adm.watcher.Ceilings(), g.adm.adm.MaxRuns(), g.tokens.Tenants())
 	if err != nil {
 		return v, api.NewError(api.CodeUnavailable, "no shard answered; try again later")
 	}

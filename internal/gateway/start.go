@@ -20,6 +20,7 @@ import (
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/dispatch"
 	"github.com/harvest-run/harvest/pkg/fairkeys"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // caller is who a start acts for.
@@ -40,6 +41,11 @@ type started struct {
 // written. The returned error names the field at fault.
 func (g *Gateway) prepare(ctx context.Context, c caller, req *api.StartRequest) *api.Error {
 	if e := req.Validate(); e != nil {
+		return e
+	}
+	// Priority sorts before the fair order: above its ceiling a tenant's
+	// runs would take every other tenant's claims (docs/fairness.md).
+	if e := tenantcap.CheckPriority(g.adm.watcher.Ceilings(), c.tenant, req.Priority); e != nil {
 		return e
 	}
 	if req.Deferred() {

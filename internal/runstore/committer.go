@@ -271,7 +271,7 @@ func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
 		return a.p.Tenant == b.p.Tenant && a.p.Req.ID == b.p.Req.ID
 	})
 	tenants := groupTenants(items)
-	if guard := c.guardFor(tenants, len(bulk)); guard != nil {
+	if guard := c.guardFor(tenants, bulk); guard != nil {
 		done, err := c.writeGuarded(ctx, conn.Conn(), tenants, *guard, bulk)
 		if err != nil {
 			return err
@@ -339,12 +339,19 @@ func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
 // guardFor returns the guard a group is written under: none (nil) when
 // every new run must be asked about, an empty one when there is no
 // Admitter to ask.
-func (c *Committer) guardFor(tenants []string, n int) *Guard {
+func (c *Committer) guardFor(tenants []string, starts []*pending) *Guard {
 	switch a := c.opts.Admitter.(type) {
 	case nil:
 		return &Guard{Shard: -1}
 	case Guarder:
-		if g, ok := a.Guard(GuardRequest{Shard: c.shard, Tenants: tenants, Starts: n, ShardRunning: int(c.lastShard.Load())}); ok {
+		scheduled := 0
+		for _, it := range starts {
+			if it.p.Req.RunAt != nil || (it.p.Req.Delay != nil && *it.p.Req.Delay > 0) {
+				scheduled++
+			}
+		}
+		if g, ok := a.Guard(GuardRequest{Shard: c.shard, Tenants: tenants, Starts: len(starts),
+			ShardRunning: int(c.lastShard.Load()), Scheduled: scheduled}); ok {
 			return &g
 		}
 	}
@@ -503,17 +510,21 @@ func (c *Committer) decide(ctx context.Context, starts []*pending) (int, error) 
 		return 0, nil
 	}
 	refused := 0
-	byTenant := map[string]int{}
+	byTenant, scheduledByTenant := map[string]int{}, map[string]int{}
 	for _, it := range starts {
 		if !it.found || it.err != nil {
 			continue
 		}
-		err := c.opts.Admitter.Admit(ctx, Admission{
+		a := Admission{
 			Shard: c.shard, Tenant: it.p.Tenant, Req: &it.p.Req,
 			Running:      it.res.Running - byTenant[it.p.Tenant],
 			ShardRunning: it.res.ShardRunning - refused,
 			ShardLease:   it.res.ShardLease,
-		})
+		}
+		if it.res.Scheduled > 0 {
+			a.Scheduled = it.res.Scheduled - scheduledByTenant[it.p.Tenant]
+		}
+		err := c.opts.Admitter.Admit(ctx, a)
 		if err == nil {
 			continue
 		}
@@ -521,6 +532,9 @@ func (c *Committer) decide(ctx context.Context, starts []*pending) (int, error) 
 			// Not a decision but a failure: the group fails and may be
 			// retried.
 			return 0, err
+		}
+		if it.res.Scheduled > 0 {
+			scheduledByTenant[it.p.Tenant]++
 		}
 		it.res, it.err = StartResult{}, err
 		byTenant[it.p.Tenant]++
@@ -608,7 +622,7 @@ func (c *Committer) sendWindow(ctx context.Context, conn *pgx.Conn, window []*pe
 		}
 		err := c.opts.Admitter.Admit(ctx, Admission{
 			Shard: c.shard, Tenant: it.p.Tenant, Running: it.res.Running, ShardRunning: it.res.ShardRunning,
-			ShardLease: it.res.ShardLease, Req: &it.p.Req,
+			ShardLease: it.res.ShardLease, Scheduled: it.res.Scheduled, Req: &it.p.Req,
 		})
 		if err == nil {
 			continue

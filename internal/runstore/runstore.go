@@ -85,6 +85,10 @@ type StartResult struct {
 	// ShardLease is the shard's capacity lease as the start read it, after
 	// the shard's admission lock (zero on a replay).
 	ShardLease int
+	// Scheduled is the tenant's count of runs not due yet on this shard
+	// after the start, this one included, when this run is not due yet;
+	// zero when it is due (and on a replay).
+	Scheduled int
 }
 
 // Start writes a new run with its first task and counts it for its tenant,
@@ -216,6 +220,7 @@ type startedRow struct {
 	tenantAfter int  // the tenant's count after the statement
 	shardBefore int  // the shard's count before the statement
 	lease       int  // the shard's capacity lease
+	scheduled   int  // the tenant's runs not due yet after the statement (0: no such start of it)
 	now         time.Time
 }
 
@@ -223,7 +228,7 @@ type startedRow struct {
 func scanStartedMany(rows pgx.Rows) (startedRow, error) {
 	var r startedRow
 	var guarded bool
-	err := rows.Scan(&r.tenant, &r.id, &r.pk, &r.taskID, &r.due, &r.busy, &r.tenantAfter, &r.shardBefore, &r.now, &r.lease, &guarded)
+	err := rows.Scan(&r.tenant, &r.id, &r.pk, &r.taskID, &r.due, &r.busy, &r.tenantAfter, &r.shardBefore, &r.now, &r.lease, &guarded, &r.scheduled)
 	if err != nil {
 		return startedRow{}, fmt.Errorf("runstore: start group: %w", err)
 	}
@@ -242,7 +247,7 @@ func settleStarted(rows []startedRow, starts []*pending, shard int) error {
 		index[key{it.p.Tenant, it.p.Req.ID}] = i
 	}
 	order := make([]int, len(rows))
-	perTenant := map[string]int{}
+	perTenant, notDue := map[string]int{}, map[string]int{}
 	for n, r := range rows {
 		i, ok := index[key{r.tenant, r.id}]
 		if !ok {
@@ -250,13 +255,16 @@ func settleStarted(rows []startedRow, starts []*pending, shard int) error {
 		}
 		order[n] = i
 		perTenant[r.tenant]++
+		if !r.due {
+			notDue[r.tenant]++
+		}
 	}
 	byStart := make(map[int]startedRow, len(rows))
 	for n, r := range rows {
 		byStart[order[n]] = r
 	}
 	slices.Sort(order)
-	seenTenant := map[string]int{}
+	seenTenant, seenNotDue := map[string]int{}, map[string]int{}
 	dueQueue := map[string]bool{}
 	for n, i := range order {
 		r, it := byStart[i], starts[i]
@@ -278,6 +286,9 @@ func settleStarted(rows []startedRow, starts []*pending, shard int) error {
 		it.found = true
 		if r.due {
 			dueQueue[req.Queue] = true
+		} else {
+			seenNotDue[r.tenant]++
+			it.res.Scheduled = r.scheduled - notDue[r.tenant] + seenNotDue[r.tenant]
 		}
 	}
 	return nil
@@ -301,7 +312,8 @@ func scanStarted(row pgx.Row, shard int) (StartResult, bool, error) {
 		run     = &res.Run
 	)
 	err := row.Scan(&pk, &run.ID, &run.Tenant, &run.Name, &run.Queue, &run.FairnessKey, &run.QuotaKey,
-		&run.Priority, &status, &run.Attempts, &created, &res.TaskID, &res.QueueBusy, &res.Running, &res.ShardRunning, &res.ShardLease)
+		&run.Priority, &status, &run.Attempts, &created, &res.TaskID, &res.QueueBusy, &res.Running, &res.ShardRunning, &res.ShardLease,
+		&res.Scheduled)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return StartResult{}, false, nil
 	}

@@ -58,6 +58,35 @@ type AdmissionView struct {
 	// UpdatedAt and UpdatedBy say who last changed the configuration.
 	UpdatedAt string `json:"updated_at,omitempty"`
 	UpdatedBy string `json:"updated_by,omitempty"`
+	// ScheduledShare is the share of a tenant's budget its runs not due
+	// yet may hold; ScheduledCap is that bound in runs right now.
+	ScheduledShare float64 `json:"scheduled_share"`
+	ScheduledCap   int     `json:"scheduled_cap"`
+	// PriorityCeilings lists the tenants an operator allowed another
+	// highest priority than DefaultMaxPriority.
+	PriorityCeilings []PriorityCeiling `json:"priority_ceilings"`
+}
+
+// DefaultMaxPriority is the highest priority a tenant's start may carry
+// unless an operator set another for it: the default priority. Priority
+// sorts before the fair order of the claim, so a tenant free to choose
+// 1000 would take the claims of every tenant at 0.
+const DefaultMaxPriority = 0
+
+// PriorityCeiling is the highest priority one tenant's starts may carry:
+// the body of GET, PUT and DELETE /v1/tenants/{tenant}/priority.
+type PriorityCeiling struct {
+	Tenant      string `json:"tenant"`
+	MaxPriority int    `json:"max_priority"`
+	// Default is true when no operator set a ceiling for the tenant.
+	Default   bool   `json:"default"`
+	UpdatedAt string `json:"updated_at,omitempty"`
+	UpdatedBy string `json:"updated_by,omitempty"`
+}
+
+// PriorityCeilingRequest is the body of PUT /v1/tenants/{tenant}/priority.
+type PriorityCeilingRequest struct {
+	MaxPriority *int `json:"max_priority"`
 }
 
 // UsageView is the body of GET /v1/usage: the caller's own figures.
@@ -70,4 +99,8 @@ type UsageView struct {
 	// only max_runs applies.
 	Limit   *int `json:"limit"`
 	MaxRuns int  `json:"max_runs"`
+	// MaxPriority is the highest priority the tenant's starts may carry.
+	MaxPriority int `json:"max_priority"`
+	// ScheduledCap is the most runs not due yet the tenant may hold.
+	ScheduledCap int `json:"scheduled_cap"`
 }

@@ -156,6 +156,9 @@ func (c *Client) Admission(ctx context.Context) (api.AdmissionView, error) {
 type AdmissionChange struct {
 	Algorithm *api.Algorithm `json:"algorithm,omitempty"`
 	TFM       *float64       `json:"tfm,omitempty"`
+	// ScheduledShare is the share of a tenant's budget its runs not due
+	// yet may hold, above 0 and at most 1.
+	ScheduledShare *float64 `json:"scheduled_share,omitempty"`
 }
 
 // SetAdmission changes the algorithm, the TFM or both (config:write) and
@@ -166,6 +169,33 @@ func (c *Client) SetAdmission(ctx context.Context, ch AdmissionChange) (api.Admi
 	_, err := c.httpCall(ctx, http.MethodPut, "/v1/admission", nil, ch, &out)
 	return out, err
 }
+
+// PriorityCeiling reads the highest priority tenant's starts may carry
+// (config:read).
+func (c *Client) PriorityCeiling(ctx context.Context, tenant string) (api.PriorityCeiling, error) {
+	var out api.PriorityCeiling
+	_, err := c.httpCall(ctx, http.MethodGet, tenantPath(tenant, "priority"), nil, nil, &out)
+	return out, err
+}
+
+// SetPriorityCeiling lets tenant's starts carry priorities up to
+// maxPriority (config:write). Every gateway applies it to its next start.
+func (c *Client) SetPriorityCeiling(ctx context.Context, tenant string, maxPriority int) (api.PriorityCeiling, error) {
+	var out api.PriorityCeiling
+	_, err := c.httpCall(ctx, http.MethodPut, tenantPath(tenant, "priority"), nil,
+		api.PriorityCeilingRequest{MaxPriority: &maxPriority}, &out)
+	return out, err
+}
+
+// ClearPriorityCeiling puts tenant back to api.DefaultMaxPriority
+// (config:write).
+func (c *Client) ClearPriorityCeiling(ctx context.Context, tenant string) (api.PriorityCeiling, error) {
+	var out api.PriorityCeiling
+	_, err := c.httpCall(ctx, http.MethodDelete, tenantPath(tenant, "priority"), nil, nil, &out)
+	return out, err
+}
+
+func tenantPath(tenant, kind string) string { return "/v1/tenants/" + url.PathEscape(tenant) + "/" + kind }
 
 // Usage reads the caller's tenant's unfinished runs and its limit now
 // (runs:read, a tenant's token).

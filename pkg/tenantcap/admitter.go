@@ -122,6 +122,14 @@ func (a *Admitter) Check(ctx context.Context, in Admission) (Decision, error) {
 	if in.Shard < 0 || in.Shard >= a.totals.Shards() {
 		return Decision{}, fmt.Errorf("tenantcap: shard %d out of range (%d shards)", in.Shard, a.totals.Shards())
 	}
+	if in.Scheduled > 0 {
+		cfg := a.config()
+		if limit := ScheduledCap(cfg, a.maxRuns, len(a.tenants())); in.Scheduled > limit {
+			return Decision{Reason: ReasonScheduled, Algorithm: cfg.Algorithm, TFM: cfg.TFM, MaxRuns: a.maxRuns,
+				Tenants: len(a.tenants()), Own: in.Running - 1, Tenant: in.Tenant, RetryAfter: a.retryAfter,
+				Scheduled: in.Scheduled, ScheduledCap: limit}, nil
+		}
+	}
 	// Both figures include the run being admitted: judge the state before it.
 	return a.judge(ctx, in.Shard, in.Tenant, in.Running-1, in.ShardRunning-1, in.ShardLease)
 }
@@ -190,7 +198,7 @@ func (a *Admitter) leaseNeeded(shard int, tenant string, own, local int) int {
 // to be safe, never exact. It gives no guard (false) when it would let
 // nothing through.
 func (a *Admitter) Guard(r GuardRequest) (Guard, bool) {
-	if r.Shard < 0 || r.Shard >= a.totals.Shards() {
+	if r.Shard < 0 || r.Shard >= a.totals.Shards() || r.Scheduled > 0 {
 		return Guard{}, false
 	}
 	others, _ := a.totals.Others(r.Shard)

@@ -374,13 +374,13 @@ func TestUsageAndAdmissionView(t *testing.T) {
 	require.NoError(t, g.start(ctx, b, "b-0"))
 	require.NoError(t, g.adm.Totals().Refresh(ctx))
 
-	u, err := g.adm.Usage(ctx, g.pools[shards.Home(a, len(g.pools))], shards.Home(a, len(g.pools)), a)
+	u, err := g.adm.Usage(ctx, g.pools[shards.Home(a, len(g.pools))], shards.Home(a, len(g.pools)), a, nil)
 	require.NoError(t, err)
 	require.Equal(t, 3, u.Running)
 	require.NotNil(t, u.Limit)
 	require.Equal(t, 2*(20-4), *u.Limit)
 
-	v, err := tenantcap.BuildAdmissionView(ctx, []tenantcap.DB{g.pools[0], g.pools[1]}, tenantcap.Current{Config: cfg}, 20, []string{a, b, "idle"})
+	v, err := tenantcap.BuildAdmissionView(ctx, []tenantcap.DB{g.pools[0], g.pools[1]}, tenantcap.Current{Config: cfg}, nil, 20, []string{a, b, "idle"})
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{a: 3, b: 1, "idle": 0}, v.Running)
 	require.Equal(t, 4, v.RunningTotal)
@@ -396,7 +396,7 @@ func TestUsageAndAdmissionView(t *testing.T) {
 	}
 	require.Equal(t, true, m["max_runs_read_only"])
 
-	v, err = tenantcap.BuildAdmissionView(ctx, []tenantcap.DB{g.pools[0], g.pools[1]}, tenantcap.Current{Config: tenantcap.DefaultConfig()}, 20, nil)
+	v, err = tenantcap.BuildAdmissionView(ctx, []tenantcap.DB{g.pools[0], g.pools[1]}, tenantcap.Current{Config: tenantcap.DefaultConfig()}, nil, 20, nil)
 	require.NoError(t, err)
 	body, _ = json.Marshal(v)
 	require.Contains(t, string(body), `"limit":null`)
@@ -405,7 +405,7 @@ func TestUsageAndAdmissionView(t *testing.T) {
 	dead, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/nowhere?connect_timeout=1")
 	require.NoError(t, err)
 	defer dead.Close()
-	v, err = tenantcap.BuildAdmissionView(ctx, []tenantcap.DB{g.pools[0], dead}, tenantcap.Current{Config: cfg}, 20, nil)
+	v, err = tenantcap.BuildAdmissionView(ctx, []tenantcap.DB{g.pools[0], dead}, tenantcap.Current{Config: cfg}, nil, 20, nil)
 	require.NoError(t, err)
 	require.Equal(t, []int{1}, v.UnavailableShards)
 }

@@ -42,20 +42,40 @@ const DefaultTFM = 1.0
 // RecommendedDynamicTFM is a good starting point for the dynamic algorithm.
 const RecommendedDynamicTFM = 3.0
 
-// Config is what an administrator sets: the algorithm and its multiplier.
-// The JSON form is the one stored on shard 0 and carried over NATS.
+// DefaultScheduledShare is the share of a tenant's budget that its runs
+// not due yet may hold in a fresh installation (see ScheduledCap).
+const DefaultScheduledShare = 0.25
+
+// Config is what an administrator sets: the algorithm, its multiplier and
+// the share of a tenant's budget its runs not due yet may take. The JSON
+// form is the one stored on shard 0 and carried over NATS.
 type Config struct {
 	Algorithm Algorithm `json:"algorithm"`
 	// TFM is the tenant fairness multiplier. It is stored for every
 	// algorithm but no_limit ignores it.
 	TFM float64 `json:"tfm"`
+	// ScheduledShare bounds the runs a tenant holds that are not due yet
+	// (started with run_at or delay ahead): see ScheduledCap. Zero, as in
+	// a stored configuration from before it existed, means
+	// DefaultScheduledShare (Share).
+	ScheduledShare float64 `json:"scheduled_share,omitempty"`
+}
+
+// Share is the scheduled share in force: ScheduledShare, or
+// DefaultScheduledShare when it is zero.
+func (c Config) Share() float64 {
+	if c.ScheduledShare == 0 {
+		return DefaultScheduledShare
+	}
+	return c.ScheduledShare
 }
 
 // DefaultConfig is in force until an administrator changes it: no_limit
-// with a TFM of 1.
+// with a TFM of 1, runs not due yet held to DefaultScheduledShare of a
+// tenant's budget.
 func DefaultConfig() Config { return Config{Algorithm: NoLimit, TFM: DefaultTFM} }
 
-// Validate checks both fields; the *api.Error names the field at fault.
+// Validate checks every field; the *api.Error names the field at fault.
 func (c Config) Validate() error {
 	if !c.Algorithm.Valid() {
 		return api.Invalid("algorithm", "unknown algorithm %q (want no_limit, static or dynamic)", c.Algorithm)
@@ -63,7 +83,34 @@ func (c Config) Validate() error {
 	if err := ValidateTFM(c.TFM); err != nil {
 		return err
 	}
+	if c.ScheduledShare == 0 {
+		return nil
+	}
+	return ValidateScheduledShare(c.ScheduledShare)
+}
+
+// ValidateScheduledShare accepts a share in (0, 1].
+func ValidateScheduledShare(v float64) error {
+	if math.IsNaN(v) || v <= 0 || v > 1 {
+		return api.Invalid("scheduled_share", "scheduled_share must be a number above 0 and at most 1, not %s", formatTFM(v))
+	}
 	return nil
+}
+
+// ScheduledCap is the most runs not due yet (started with run_at or a
+// delay still ahead) a tenant may hold under cfg: ScheduledShare of its
+// budget, at least one. The budget is its Static limit, or max_runs under
+// no_limit and Dynamic (whose limit swings with the load). Such runs count
+// as unfinished from their start, as every run does, so without this bound
+// a tenant could fill max_runs with runs due in a month and lock every
+// other tenant out until then.
+func ScheduledCap(cfg Config, maxRuns, tenants int) int {
+	budget := maxRuns
+	if cfg.Algorithm == Static {
+		budget, _ = Limit(cfg, maxRuns, tenants, 0)
+	}
+	x := cfg.Share() * float64(budget)
+	return max(1, clampLimit(math.Floor(x+slack(x))))
 }
 
 // MinTFM is the smallest multiplier accepted whatever the system limit:
@@ -152,6 +199,9 @@ const (
 	ReasonNone   Reason = ""
 	ReasonSystem Reason = "system_limit"
 	ReasonTenant Reason = "tenant_limit"
+	// ReasonScheduled refuses a run not due yet: the tenant holds its
+	// ScheduledCap of them.
+	ReasonScheduled Reason = "scheduled_limit"
 )
 
 // DefaultRetryAfter is the retry hint of a refusal: a run has to finish
@@ -177,6 +227,9 @@ type Decision struct {
 	RetryAfter time.Duration
 	// Tenant names the tenant in the refusal message when set.
 	Tenant string
+	// Scheduled and ScheduledCap are the tenant's runs not due yet,
+	// including this one, and the most it may hold (ReasonScheduled).
+	Scheduled, ScheduledCap int
 }
 
 // Decide applies the admission rule: a start is admitted when the system
@@ -221,6 +274,10 @@ func (d Decision) Message() string {
 		return fmt.Sprintf("admission refused: %s holds %d unfinished runs and the %s limit is %d "+
 			"(%d of max_runs=%d in flight); retry once its runs finish",
 			who, d.Own, algo, d.Limit, d.Total, d.MaxRuns)
+	case ReasonScheduled:
+		return fmt.Sprintf("admission refused: %s holds %d runs that are not due yet, the most it may hold "+
+			"(scheduled_share of its budget: %d); start it closer to its time, or retry once some fall due",
+			who, d.Scheduled-1, d.ScheduledCap)
 	}
 	return "admitted"
 }

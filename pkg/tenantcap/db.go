@@ -35,6 +35,10 @@ var (
 	sqlLeaseRead        = mustSQL("LeaseRead")
 	sqlLeaseGiveBack    = mustSQL("LeaseGiveBack")
 	sqlLeaseTryLock     = mustSQL("LeaseTryLock")
+	sqlPriorityList     = mustSQL("PriorityList")
+	sqlPriorityLock     = mustSQL("PriorityLock")
+	sqlPrioritySet      = mustSQL("PrioritySet")
+	sqlPriorityClear    = mustSQL("PriorityClear")
 )
 
 // DB is what reads need of a shard: a *pgxpool.Pool, a *pgx.Conn or a

@@ -22,6 +22,10 @@ type Admission struct {
 	// shard's admission lock, which every return of capacity also takes:
 	// it cannot shrink before the start commits.
 	ShardLease int
+	// Scheduled is the tenant's count of runs not due yet on this shard,
+	// including this run, when this run is not due yet; 0 when it is due.
+	// It is read under the same lock as Running, so it is exact.
+	Scheduled int
 	// Req is the validated start request.
 	Req *api.StartRequest
 }
@@ -65,6 +69,10 @@ type GuardRequest struct {
 	// committer's last group (-1 before its first): a recent lower bound
 	// of what the group will find, as other gateways write too.
 	ShardRunning int
+	// Scheduled counts the group's starts that may not be due yet (run_at
+	// or delay set): their runs are bounded by ScheduledCap, which a
+	// guard does not check, so such a group is asked about start by start.
+	Scheduled int
 }
 
 // Guarder is an Admitter that can promise a Guard for a group before it is

@@ -87,15 +87,16 @@ func decodeStored(raw []byte) (Config, error) {
 
 // Patch is a change to the configuration: nil fields stay as they are.
 type Patch struct {
-	Algorithm *Algorithm
-	TFM       *float64
+	Algorithm      *Algorithm
+	TFM            *float64
+	ScheduledShare *float64
 	// MaxRuns is the system limit (HARVEST_MAX_RUNS) a new TFM is checked
 	// against (ValidateTFMFor); 0 checks the TFM alone.
 	MaxRuns int
 }
 
 // Empty reports whether the patch changes nothing.
-func (p Patch) Empty() bool { return p.Algorithm == nil && p.TFM == nil }
+func (p Patch) Empty() bool { return p.Algorithm == nil && p.TFM == nil && p.ScheduledShare == nil }
 
 // Apply returns c with the patch's fields in place.
 func (p Patch) Apply(c Config) Config {
@@ -105,6 +106,9 @@ func (p Patch) Apply(c Config) Config {
 	if p.TFM != nil {
 		c.TFM = *p.TFM
 	}
+	if p.ScheduledShare != nil {
+		c.ScheduledShare = *p.ScheduledShare
+	}
 	return c
 }
 
@@ -112,13 +116,18 @@ func (p Patch) Apply(c Config) Config {
 // field at fault.
 func (p Patch) Validate() error {
 	if p.Empty() {
-		return api.NewError(api.CodeInvalidArgument, "nothing to change: give algorithm, tfm or both")
+		return api.NewError(api.CodeInvalidArgument, "nothing to change: give algorithm, tfm, scheduled_share or several")
 	}
 	if p.Algorithm != nil && !p.Algorithm.Valid() {
 		return api.Invalid("algorithm", "unknown algorithm %q (want no_limit, static or dynamic)", *p.Algorithm)
 	}
 	if p.TFM != nil {
-		return ValidateTFMFor(*p.TFM, p.MaxRuns)
+		if err := ValidateTFMFor(*p.TFM, p.MaxRuns); err != nil {
+			return err
+		}
+	}
+	if p.ScheduledShare != nil {
+		return ValidateScheduledShare(*p.ScheduledShare)
 	}
 	return nil
 }
@@ -137,13 +146,24 @@ func (p Patch) auditJSON() []byte {
 			m["tfm"] = *p.TFM
 		}
 	}
+	if p.ScheduledShare != nil {
+		if math.IsNaN(*p.ScheduledShare) || math.IsInf(*p.ScheduledShare, 0) {
+			m["scheduled_share"] = formatTFM(*p.ScheduledShare)
+		} else {
+			m["scheduled_share"] = *p.ScheduledShare
+		}
+	}
 	b, _ := json.Marshal(m)
 	return b
 }
 
 // SetConfig replaces the whole configuration; see UpdateConfig.
 func SetConfig(ctx context.Context, shard0 Beginner, actor string, cfg Config) (Current, error) {
-	return UpdateConfig(ctx, shard0, actor, Patch{Algorithm: &cfg.Algorithm, TFM: &cfg.TFM})
+	p := Patch{Algorithm: &cfg.Algorithm, TFM: &cfg.TFM}
+	if cfg.ScheduledShare != 0 {
+		p.ScheduledShare = &cfg.ScheduledShare
+	}
+	return UpdateConfig(ctx, shard0, actor, p)
 }
 
 // UpdateConfig applies p to the configuration on shard 0 as actor. The new
@@ -174,7 +194,7 @@ func UpdateConfig(ctx context.Context, shard0 Beginner, actor string, p Patch) (
 	if err := tx.QueryRow(ctx, sqlSettingsPut, SettingName, newJSON, actor).Scan(&cur.UpdatedAt); err != nil {
 		return Current{}, fmt.Errorf("tenantcap: write configuration: %w", err)
 	}
-	msg := fmt.Sprintf("algorithm %s, tfm %s", cur.Algorithm, formatTFM(cur.TFM))
+	msg := fmt.Sprintf("algorithm %s, tfm %s, scheduled_share %s", cur.Algorithm, formatTFM(cur.TFM), formatTFM(cur.Share()))
 	if _, err := tx.Exec(ctx, sqlAuditInsert, actor, AuditAction, oldJSON, newJSON, OutcomeOK, msg); err != nil {
 		return Current{}, fmt.Errorf("tenantcap: write audit row: %w", err)
 	}
@@ -195,17 +215,18 @@ func RecordRefusal(ctx context.Context, shard0 DB, actor string, attempted []byt
 		old, _ = json.Marshal(cur.Config)
 	}
 	msg := reason.Error()
+	status := 0
 	var ae *api.Error
 	if errors.As(reason, &ae) {
-		msg = ae.Message
+		msg, status = ae.Message, ae.Status
 		if ae.Field != "" {
 			msg = ae.Field + ": " + msg
 		}
 	}
-	// The one writer of refused rows (unfolded: a privileged caller's
-	// refused change gets a row of its own).
+	// The one writer of refused rows: folded per actor and status, like
+	// every refusal, so that no caller can flood the log.
 	if err := weights.AuditRefused(ctx, shard0, weights.RefusedChange{Actor: actor, Action: AuditAction, Old: old,
-		Attempted: attempted, Message: msg}, 0); err != nil {
+		Attempted: attempted, Message: msg, Status: status}, weights.DefaultRefusalFold); err != nil {
 		return fmt.Errorf("tenantcap: write audit row: %w", err)
 	}
 	return nil
@@ -227,7 +248,7 @@ func ParsePut(body []byte) (Patch, error) {
 	var fields map[string]json.RawMessage
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&fields); err != nil || fields == nil {
-		return Patch{}, api.NewError(api.CodeInvalidArgument, "the body must be a JSON object with algorithm and/or tfm")
+		return Patch{}, api.NewError(api.CodeInvalidArgument, "the body must be a JSON object with algorithm, tfm and/or scheduled_share")
 	}
 	if dec.More() {
 		return Patch{}, api.NewError(api.CodeInvalidArgument, "the body must hold one JSON object only")
@@ -257,8 +278,14 @@ func ParsePut(body []byte) (Patch, error) {
 				return Patch{}, api.Invalid("tfm", "tfm must be a positive finite number")
 			}
 			p.TFM = &v
+		case "scheduled_share":
+			var v float64
+			if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) || json.Unmarshal(raw, &v) != nil {
+				return Patch{}, api.Invalid("scheduled_share", "scheduled_share must be a number above 0 and at most 1")
+			}
+			p.ScheduledShare = &v
 		default:
-			return Patch{}, api.Invalid(k, "unknown field %q: only algorithm and tfm can be set", k)
+			return Patch{}, api.Invalid(k, "unknown field %q: only algorithm, tfm and scheduled_share can be set", k)
 		}
 	}
 	if err := p.Validate(); err != nil {
@@ -279,6 +306,16 @@ func ApplyPut(ctx context.Context, shard0 Beginner, actor string, body []byte, m
 	}
 	p.MaxRuns = maxRuns
 	return UpdateConfig(ctx, shard0, actor, p)
+}
+
+// PublishCeilings announces a change of the priority ceilings on
+// Subject(prefix), the admission configuration's subject: a gateway that
+// hears either re-reads both from shard 0.
+func PublishCeilings(ctx context.Context, nc *nats.Conn, prefix string, changed api.PriorityCeiling) error {
+	if err := dispatch.Publish(ctx, nc, Subject(prefix), changed); err != nil {
+		return fmt.Errorf("tenantcap: announce change: %w", err)
+	}
+	return nil
 }
 
 // PublishChange announces cur on Subject(prefix). Gateways treat it as a

@@ -18,12 +18,14 @@ type AdmissionView = api.AdmissionView
 type UsageView = api.UsageView
 
 // BuildAdmissionView reads every shard's per-tenant counts (fresh, not
-// from the cache) and assembles the GET /v1/admission body for cur. It
-// fails only when no shard answers.
-func BuildAdmissionView(ctx context.Context, shardDBs []DB, cur Current, maxRuns int, tenants []string) (AdmissionView, error) {
+// from the cache) and assembles the GET /v1/admission body for cur and
+// the tenants' priority ceilings. It fails only when no shard answers.
+func BuildAdmissionView(ctx context.Context, shardDBs []DB, cur Current, ceilings Ceilings, maxRuns int, tenants []string) (AdmissionView, error) {
 	v := AdmissionView{
 		Algorithm: cur.Algorithm, TFM: cur.TFM, MaxRuns: maxRuns, MaxRunsReadOnly: true,
 		Tenants: len(tenants), Running: map[string]int{}, UpdatedBy: cur.UpdatedBy,
+		ScheduledShare: cur.Share(), ScheduledCap: ScheduledCap(cur.Config, maxRuns, len(tenants)),
+		PriorityCeilings: ceilings.List(),
 	}
 	if !cur.UpdatedAt.IsZero() {
 		v.UpdatedAt = cur.UpdatedAt.UTC().Format("2006-01-02T15:04:05.000000Z07:00")
@@ -75,14 +77,16 @@ func runningByTenant(ctx context.Context, db DB) (map[string]int, error) {
 // home (its home shard, number shard) and its limit by the rule at the current total
 // (the home shard's exact count and the others' cached ones). Admit
 // reaches the same limit once its shard's lease covers it (see Check).
-func (a *Admitter) Usage(ctx context.Context, home DB, shard int, tenant string) (UsageView, error) {
+// The ceiling is ceilings' for the tenant.
+func (a *Admitter) Usage(ctx context.Context, home DB, shard int, tenant string, ceilings Ceilings) (UsageView, error) {
 	var own, local, lease int64
 	if err := home.QueryRow(ctx, sqlAdmitRead, tenant).Scan(&own, &local, &lease); err != nil {
 		return UsageView{}, fmt.Errorf("tenantcap: read usage: %w", err)
 	}
 	cfg := a.config()
 	others, _ := a.totals.Others(shard)
-	u := UsageView{Tenant: tenant, Algorithm: cfg.Algorithm, Running: int(own), MaxRuns: a.maxRuns}
+	u := UsageView{Tenant: tenant, Algorithm: cfg.Algorithm, Running: int(own), MaxRuns: a.maxRuns,
+		MaxPriority: ceilings.MaxPriority(tenant), ScheduledCap: ScheduledCap(cfg, a.maxRuns, len(a.tenants()))}
 	if limit, limited := Limit(cfg, a.maxRuns, len(a.tenants()), int(local)+others); limited {
 		u.Limit = &limit
 	}

@@ -35,9 +35,13 @@ type WatcherOptions struct {
 // and every Reload period, and serves the result to the next start without
 // touching the database. It is safe for concurrent use.
 type Watcher struct {
-	o    WatcherOptions
-	cur  atomic.Pointer[Current]
-	mu   sync.Mutex // serialises Apply's compare and swap
+	o        WatcherOptions
+	cur      atomic.Pointer[Current]
+	ceilings atomic.Pointer[Ceilings]
+	mu       sync.Mutex // serialises Apply's compare and swap
+	// reloadMu orders reloads: a read of the ceilings that began later is
+	// put in force later, so a slow reload never undoes a newer one.
+	reloadMu sync.Mutex
 	stop context.CancelFunc
 	done chan struct{}
 	sub  *nats.Subscription
@@ -53,6 +57,7 @@ func NewWatcher(o WatcherOptions) *Watcher {
 	}
 	w := &Watcher{o: o}
 	w.cur.Store(&Current{Config: DefaultConfig()})
+	w.ceilings.Store(&Ceilings{})
 	return w
 }
 
@@ -114,15 +119,26 @@ func (w *Watcher) Stop() {
 	}
 }
 
-// Reload reads shard 0 and puts its configuration in force.
+// Reload reads shard 0 and puts its configuration and the tenants'
+// priority ceilings in force.
 func (w *Watcher) Reload(ctx context.Context) error {
+	w.reloadMu.Lock()
+	defer w.reloadMu.Unlock()
 	cur, err := LoadConfig(ctx, w.o.Shard0)
 	if err != nil {
 		return err
 	}
+	ceilings, err := LoadCeilings(ctx, w.o.Shard0)
+	if err != nil {
+		return err
+	}
+	w.ceilings.Store(&ceilings)
 	w.Apply(cur)
 	return nil
 }
+
+// Ceilings are the tenants' priority ceilings in force.
+func (w *Watcher) Ceilings() Ceilings { return *w.ceilings.Load() }
 
 // Apply puts c in force unless the one in force is newer (a slow reload
 // never undoes a later change). The gateway that made a change applies it

@@ -19,10 +19,17 @@
 -- $7 priority, $8 input, $9 request hash, $10 max attempts, $11 timeout ms,
 -- $12 run_at, $13 delay in microseconds, $14 trace context, $15 whether
 -- it is a fired deferred start.
-WITH run AS (
+--
+-- held is the tenant's runs not due yet after the start, this one
+-- included, when this run is not due yet (runs.not_before); 0 otherwise.
+WITH due AS (
+    SELECT coalesce($12::timestamptz,
+                    CASE WHEN $13::bigint > 0 THEN now() + $13::bigint * interval '1 microsecond' END) AS at
+), run AS (
     INSERT INTO runs (tenant, id, name, queue, fairness_key, quota_key, priority, input,
-                      request_hash, max_attempts, timeout_ms)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11
+                      request_hash, max_attempts, timeout_ms, not_before)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, CASE WHEN due.at > now() THEN due.at END
+    FROM due
     -- HA020 when the tenant has moved away (tenant_fences), unless this is
     -- the run of a deferred start firing ($15), whose id the shard holds.
     WHERE $15::boolean OR harvest_tenant_fence(ARRAY[$1::text])
@@ -31,11 +38,9 @@ WITH run AS (
 ), busy AS (
     SELECT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = $4 AND x.state = 'pending') AS queue_busy
 ), task AS (
-    SELECT harvest_enqueue(run.pk, $4, $5, $6, $7, false,
-                           coalesce($12::timestamptz,
-                                    CASE WHEN $13::bigint > 0 THEN now() + $13::bigint * interval '1 microsecond' END),
+    SELECT harvest_enqueue(run.pk, $4, $5, $6, $7, false, due.at,
                            NULL, NULL, 0, $8::jsonb, $14::jsonb, NULL) AS id
-    FROM run
+    FROM run, due
 ), counted AS (
     INSERT INTO tenant_running AS t (tenant, running)
     SELECT $1, 1 FROM run
@@ -46,5 +51,9 @@ WITH run AS (
 SELECT run.pk, run.id, run.tenant, run.name, run.queue, run.fairness_key, run.quota_key, run.priority,
        run.status, run.attempts, run.created_at, task.id, busy.queue_busy, counted.running,
        (SELECT coalesce(sum(running), 0) FROM tenant_running)::bigint + 1 AS shard_running,
-       harvest_shard_lease() AS shard_lease
-FROM run, task, busy, counted
+       harvest_shard_lease() AS shard_lease,
+       CASE WHEN due.at > now()
+            THEN (SELECT count(*) FROM runs h
+                  WHERE h.tenant = $1 AND h.not_before > now() AND h.finished_at IS NULL) + 1
+            ELSE 0 END AS held
+FROM run, task, busy, counted, due

@@ -9,8 +9,11 @@
 -- the task's queue had pending work before the statement, the tenant's
 -- count after the statement (with its runs still on the old home while it
 -- moves here, tenant_away), the shard's count before it, the database
--- clock (the run's created_at) and the shard's capacity lease
--- (harvest_shard_lease). The other columns of the run are those of
+-- clock (the run's created_at), the shard's capacity lease
+-- (harvest_shard_lease), and, for a tenant with a start not due yet in
+-- the group, its runs not due yet after the statement (else 0). A run not
+-- due at its start keeps its due time in runs.not_before, which is what
+-- that count reads (runs_not_due). The other columns of the run are those of
 -- the request. The caller derives from the counts what each start would
 -- have seen had the starts run one after the other (settleStarted).
 --
@@ -36,8 +39,9 @@ WITH input AS (
                                max_attempts, timeout_ms, run_at, delay_us, trace, ord)
 ), run AS (
     INSERT INTO runs (tenant, id, name, queue, fairness_key, quota_key, priority, input,
-                      request_hash, max_attempts, timeout_ms)
-    SELECT tenant, id, name, queue, fkey, qkey, priority, input::jsonb, hash, max_attempts, timeout_ms
+                      request_hash, max_attempts, timeout_ms, not_before)
+    SELECT tenant, id, name, queue, fkey, qkey, priority, input::jsonb, hash, max_attempts, timeout_ms,
+           CASE WHEN due_at > now() THEN due_at END
     FROM input
     -- HA020 when a tenant of the group has moved away (tenant_fences).
     WHERE harvest_tenant_fence($1::text[])
@@ -63,6 +67,17 @@ WITH input AS (
     ON CONFLICT (tenant) DO UPDATE SET running = t.running + excluded.running
     -- A tenant moving here is judged with its runs still on the old home.
     RETURNING tenant, running + coalesce((SELECT a.runs FROM tenant_away a WHERE a.tenant = t.tenant), 0) AS running
+), not_due AS (
+    -- Runs not due yet, per tenant with such a start in the group: those
+    -- of the statement's snapshot and the group's own. Groups of due
+    -- starts only (nearly all of them) read nothing here.
+    SELECT run.tenant,
+           (SELECT count(*) FROM runs h
+            WHERE h.tenant = run.tenant AND h.not_before > now() AND h.finished_at IS NULL)
+           + count(*) AS held
+    FROM run JOIN input AS i ON i.tenant = run.tenant AND i.id = run.id
+    WHERE i.due_at > now()
+    GROUP BY run.tenant
 ), guarded AS (
     -- Evaluated once (the function is volatile, so the CTE is not inlined).
     SELECT harvest_admission_guard(
@@ -81,9 +96,11 @@ SELECT run.tenant, run.id, run.pk, task.id, task.state = 'pending',
        total.running,
        now(),
        total.lease,
-       guarded.ok
+       guarded.ok,
+       coalesce(not_due.held, 0)
 FROM run
 JOIN task ON task.run_pk = run.pk
 JOIN counted ON counted.tenant = run.tenant
+LEFT JOIN not_due ON not_due.tenant = run.tenant
 CROSS JOIN total
 CROSS JOIN guarded

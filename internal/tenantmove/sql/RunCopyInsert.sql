@@ -3,10 +3,10 @@
 -- Returns the runs written now.
 INSERT INTO runs (tenant, id, name, queue, fairness_key, quota_key, priority, input, request_hash,
                   status, attempts, max_attempts, timeout_ms, output, error, created_at, claimed_at,
-                  finished_at)
+                  finished_at, not_before)
 SELECT tenant, id, name, queue, fairness_key, quota_key, priority, input, request_hash,
        status, attempts, max_attempts, timeout_ms, output, error, created_at, claimed_at,
-       finished_at
+       finished_at, not_before
 FROM jsonb_populate_recordset(NULL::runs, $1::jsonb)
 ORDER BY pk
 ON CONFLICT (tenant, id) DO NOTHING
