@@ -28,6 +28,7 @@ var (
 	sqlTenantFence          = mustSQL("TenantFence")
 	sqlTenantRunningHold    = mustSQL("TenantRunningHold")
 	sqlTenantRunningTotal   = mustSQL("TenantRunningTotal")
+	sqlTenantRunningRead    = mustSQL("TenantRunningRead")
 	sqlTenantRunningRelease = mustSQL("TenantRunningRelease")
 	sqlStartHashes          = mustSQL("StartHashes")
 	sqlThrottleLock         = mustSQL("ThrottleLock")
@@ -49,6 +50,7 @@ var (
 	sqlMemberGroup          = mustSQL("MemberGroup")
 	sqlGroupOfRun           = mustSQL("GroupOfRun")
 	sqlRunDeferredInsert    = mustSQL("RunDeferredInsert")
+	sqlRunNotDueCount       = mustSQL("RunNotDueCount")
 	sqlRunDeferredUpdate    = mustSQL("RunDeferredUpdate")
 	sqlRunDeferredLock      = mustSQL("RunDeferredLock")
 	sqlRunDeferredDelete    = mustSQL("RunDeferredDelete")
@@ -64,6 +66,21 @@ const (
 // maxTxAttempts bounds the retries of Start when the database broke its
 // transaction on purpose (deadlock, serialization failure).
 const maxTxAttempts = 4
+
+// Bounds of a debounce window, so that a steady stream of starts of one
+// key can neither grow a window's member rows without end nor put its run
+// off for ever.
+const (
+	// DefaultDebounceMaxStarts is how many starts a debounce window takes:
+	// the start that brings it to this many fires the window at once, and
+	// the next start of the key opens a new window (asked about like any
+	// start that adds a run). It matches the largest batch.max_size.
+	DefaultDebounceMaxStarts = api.MaxBatchItems
+	// DebounceMaxOpen is how long a debounce window without max_wait stays
+	// open at most: it fires no later than this after its first start, as
+	// if it had been given the largest max_wait there is.
+	DebounceMaxOpen = api.MaxDeferPeriod
+)
 
 // Params is one validated deferred start, bound to its tenant and home
 // shard.
@@ -81,9 +98,13 @@ type Params struct {
 	// Now is the time the start is accepted at; zero means the database
 	// clock. Tests pass it to control time; production leaves it zero.
 	Now time.Time
-	// Admitter, when set, decides every start that adds a run to the
-	// tenant (see Accept); nil admits everything.
+	// Admitter, when set, decides every start that is not a replay (see
+	// Accept); nil admits everything.
 	Admitter runstore.Admitter
+	// DebounceMaxStarts is how many starts a debounce window takes before
+	// the start that reaches it fires the window;
+	// DefaultDebounceMaxStarts when zero (the gateway leaves it zero).
+	DebounceMaxStarts int
 }
 
 // Result is what Accept did.
@@ -112,13 +133,20 @@ type Result struct {
 // failure of the shard.
 //
 // Admission is decided here, when the start is accepted, for every start
-// that will add a run: a throttled start, the first start of a debounce
-// window, the first member of a batch. The waiting run counts in the
-// tenant's running count from then on and the slot passes to the real run
-// when it fires, so firing never asks again: a firer has no caller to
-// answer 429 to, and refusing there would drop an accepted start. Later
-// starts of a debounce window and later members of a batch add no run and
-// are not asked.
+// that is not a replay. A start that adds a run (a throttled start, the
+// first start of a debounce window, the first member of a batch) is asked
+// once its waiting run is counted; the waiting run counts in the tenant's
+// running count from then on and the slot passes to the real run when it
+// fires, so firing never asks again: a firer has no caller to answer 429
+// to, and refusing there would drop an accepted start. A start that joins
+// an open window or batch adds no run, and is asked the question a start
+// that added one would be asked (the tenant's and the shard's counts as
+// they stand, plus one) before it writes anything: a tenant at its limit
+// cannot keep feeding its open windows and batches, and since nothing is
+// counted for it, the count still equals the unfinished runs.
+//
+// The start that brings a debounce window to DebounceMaxStarts starts, or
+// a batch to its max_size, fires it in this transaction (Result.Started).
 func Accept(ctx context.Context, tx pgx.Tx, p Params) (Result, error) {
 	if e := p.Req.Validate(); e != nil {
 		return Result{}, e
@@ -239,17 +267,47 @@ func (a *acceptor) replay(ctx context.Context) (Result, bool, error) {
 }
 
 // admit asks the Admitter about a start that adds a run; running is the
-// tenant's count including it.
-func (a *acceptor) admit(ctx context.Context, running int) error {
+// tenant's count including it. waiting says the run is a placeholder that
+// waits for its start to fire (written already): one of the tenant's runs
+// not due yet, whose number admission bounds, counted here under the
+// tenant's locked count row, so exactly.
+func (a *acceptor) admit(ctx context.Context, running int, waiting bool) error {
 	if a.p.Admitter == nil {
 		return nil
 	}
-	var total, lease int64
+	var total, lease, notDue int64
 	if err := a.tx.QueryRow(ctx, sqlTenantRunningTotal).Scan(&total, &lease); err != nil {
 		return fmt.Errorf("deferred: read the shard's running count: %w", err)
 	}
+	if waiting {
+		if err := a.tx.QueryRow(ctx, sqlRunNotDueCount, a.p.Tenant).Scan(&notDue); err != nil {
+			return fmt.Errorf("deferred: count runs not due yet: %w", err)
+		}
+	}
 	return a.p.Admitter.Admit(ctx, runstore.Admission{
 		Shard: a.p.Shard, Tenant: a.p.Tenant, Running: running, ShardRunning: int(total),
+		ShardLease: int(lease), Scheduled: int(notDue), Req: &a.p.Req,
+	})
+}
+
+// admitJoin asks the Admitter about a start that joins an open debounce
+// window or batch, before it writes anything. It is judged as a start that
+// adds a run would be at this moment (the counts as they stand plus this
+// start), so it is refused exactly when an ordinary start of the tenant
+// would be; but nothing is counted for it, as its window's run already
+// is. Counting each member instead would make the tenant's count exceed
+// its unfinished runs (and the recount would take the slots back), and
+// would cost a window as many slots as it has starts.
+func (a *acceptor) admitJoin(ctx context.Context) error {
+	if a.p.Admitter == nil {
+		return nil
+	}
+	var own, total, lease int64
+	if err := a.tx.QueryRow(ctx, sqlTenantRunningRead, a.p.Tenant).Scan(&own, &total, &lease); err != nil {
+		return fmt.Errorf("deferred: read running counts: %w", err)
+	}
+	return a.p.Admitter.Admit(ctx, runstore.Admission{
+		Shard: a.p.Shard, Tenant: a.p.Tenant, Running: int(own) + 1, ShardRunning: int(total) + 1,
 		ShardLease: int(lease), Req: &a.p.Req,
 	})
 }
@@ -297,7 +355,7 @@ func (a *acceptor) throttle(ctx context.Context) (Result, error) {
 			stateFired, a.now, nil, ts.Limit, period.Microseconds(), nil, request, nil, jsonArg(p.TraceContext), a.now); err != nil {
 			return Result{}, fmt.Errorf("deferred: record throttled run: %w", err)
 		}
-		if err := a.admit(ctx, res.Running); err != nil {
+		if err := a.admit(ctx, res.Running, false); err != nil {
 			return Result{}, err
 		}
 		res.Run.RunID, res.Run.DeferMode = p.Req.ID, api.ModeThrottle
@@ -311,7 +369,7 @@ func (a *acceptor) throttle(ctx context.Context) (Result, error) {
 		statePending, slot, nil, ts.Limit, period.Microseconds(), nil, request, nil, jsonArg(p.TraceContext), a.now); err != nil {
 		return Result{}, fmt.Errorf("deferred: queue throttled start: %w", err)
 	}
-	if err := a.admit(ctx, running); err != nil {
+	if err := a.admit(ctx, running, true); err != nil {
 		return Result{}, err
 	}
 	run, err := Get(ctx, a.tx, p.Tenant, p.Req.ID, p.Shard)
@@ -438,7 +496,7 @@ func (a *acceptor) open(ctx context.Context, key string, firesAt time.Time, dead
 		statePending, firesAt, deadline, nil, nil, maxSize, request, input, jsonArg(a.p.TraceContext), a.now).Scan(&pk); err != nil {
 		return 0, "", fmt.Errorf("deferred: open %s: %w", a.spec.Mode, err)
 	}
-	if err := a.admit(ctx, running); err != nil {
+	if err := a.admit(ctx, running, true); err != nil {
 		return 0, "", err
 	}
 	return pk, runID, nil
@@ -454,6 +512,8 @@ func (a *acceptor) member(ctx context.Context, groupPK int64, position int) erro
 
 // debounce accepts a debounced start: it opens the key's window, or joins
 // the open one, replacing its request and restarting its quiet period.
+// The start that brings the window to its last start (DebounceMaxStarts)
+// fires it at once.
 func (a *acceptor) debounce(ctx context.Context) (Result, error) {
 	ds := a.spec.Debounce
 	p := a.p
@@ -465,24 +525,28 @@ func (a *acceptor) debounce(ctx context.Context) (Result, error) {
 	run := runRequest(p.Req)
 	var position int
 	if g == nil {
-		var deadline *time.Time
+		// Without max_wait the window is still capped: it fires at the
+		// latest DebounceMaxOpen after its first start.
+		deadline := a.now.Add(DebounceMaxOpen)
 		if ds.MaxWait != nil {
-			d := a.now.Add(time.Duration(*ds.MaxWait))
-			deadline = &d
+			deadline = a.now.Add(time.Duration(*ds.MaxWait))
 		}
-		pk, _, err := a.open(ctx, ds.Key, quiet, deadline, nil, run, nil)
+		pk, _, err := a.open(ctx, ds.Key, quiet, &deadline, nil, run, nil)
 		if err != nil {
 			return Result{}, err
 		}
 		g, position = &openGroup{pk: pk}, 1
 	} else {
+		if err := a.admitJoin(ctx); err != nil {
+			return Result{}, err
+		}
 		request, err := json.Marshal(run)
 		if err != nil {
 			return Result{}, fmt.Errorf("deferred: encode request: %w", err)
 		}
 		var firesAt time.Time
-		if err := a.tx.QueryRow(ctx, sqlGroupDebounceJoin, g.pk, request, jsonArg(p.TraceContext), quiet).
-			Scan(&firesAt, &position); err != nil {
+		if err := a.tx.QueryRow(ctx, sqlGroupDebounceJoin, g.pk, request, jsonArg(p.TraceContext), quiet,
+			DebounceMaxOpen.Microseconds()).Scan(&firesAt, &position); err != nil {
 			return Result{}, fmt.Errorf("deferred: join debounce window: %w", err)
 		}
 		args := runArgs(p.Tenant, g.runID, &run)
@@ -494,13 +558,41 @@ func (a *acceptor) debounce(ctx context.Context) (Result, error) {
 	if err := a.member(ctx, g.pk, position); err != nil {
 		return Result{}, err
 	}
-	run2, err := Get(ctx, a.tx, p.Tenant, p.Req.ID, p.Shard)
-	return Result{Run: run2, Created: true}, err
+	maxStarts := p.DebounceMaxStarts
+	if maxStarts <= 0 {
+		maxStarts = DefaultDebounceMaxStarts
+	}
+	return a.answer(ctx, g.pk, position >= maxStarts)
+}
+
+// answer is the Result of a start of a debounce window or batch, once its
+// member row is written: the group's run as the start's id reads it, after
+// firing the group first when full is set (the window or batch took its
+// last start).
+func (a *acceptor) answer(ctx context.Context, groupPK int64, full bool) (Result, error) {
+	res := Result{Created: true}
+	if full {
+		grp, err := lockGroup(ctx, a.tx, sqlGroupLockHeld, groupPK)
+		if err != nil {
+			return Result{}, err
+		}
+		started, err := fire(ctx, a.tx, a.p.Shard, grp, a.now)
+		if err != nil {
+			return Result{}, err
+		}
+		if started != nil {
+			res.Started = []runstore.Committed{*started}
+		}
+	}
+	var err error
+	res.Run, err = Get(ctx, a.tx, a.p.Tenant, a.p.Req.ID, a.p.Shard)
+	return res, err
 }
 
 // batch accepts a batched start: it opens the key's batch, or joins the
-// open one when it agrees with it on name and quota key; the member that
-// fills the batch fires it at once.
+// open one when it agrees with it on name and quota key (and is admitted,
+// as a later start of a debounce window is); the member that fills the
+// batch fires it at once.
 func (a *acceptor) batch(ctx context.Context) (Result, error) {
 	bs := a.spec.Batch
 	p := a.p
@@ -530,6 +622,9 @@ func (a *acceptor) batch(ctx context.Context) (Result, error) {
 		if e := agree(&g.request, &p.Req); e != nil {
 			return Result{}, e
 		}
+		if err := a.admitJoin(ctx); err != nil {
+			return Result{}, err
+		}
 		var firesAt time.Time
 		if err := a.tx.QueryRow(ctx, sqlGroupBatchJoin, g.pk, string(input)).Scan(&firesAt, &position, &maxSize); err != nil {
 			return Result{}, fmt.Errorf("deferred: join batch: %w", err)
@@ -538,22 +633,7 @@ func (a *acceptor) batch(ctx context.Context) (Result, error) {
 	if err := a.member(ctx, g.pk, position); err != nil {
 		return Result{}, err
 	}
-	res := Result{Created: true}
-	if position >= maxSize {
-		grp, err := lockGroup(ctx, a.tx, sqlGroupLockHeld, g.pk)
-		if err != nil {
-			return Result{}, err
-		}
-		started, err := fire(ctx, a.tx, a.p.Shard, grp, a.now)
-		if err != nil {
-			return Result{}, err
-		}
-		if started != nil {
-			res.Started = []runstore.Committed{*started}
-		}
-	}
-	res.Run, err = Get(ctx, a.tx, p.Tenant, p.Req.ID, p.Shard)
-	return res, err
+	return a.answer(ctx, g.pk, position >= maxSize)
 }
 
 // agree checks that a batch member matches its batch on what the one run

@@ -50,6 +50,8 @@ type startOpts struct {
 	At       time.Duration // after t0
 	Admitter runstore.Admitter
 	DB       deferred.DB // b.db
+	// MaxStarts is Params.DebounceMaxStarts (the default when zero).
+	MaxStarts int
 }
 
 func (b *bundle) params(o startOpts) deferred.Params {
@@ -81,7 +83,7 @@ func (b *bundle) params(o startOpts) deferred.Params {
 	if o.Batch != "" {
 		req.Batch = json.RawMessage(o.Batch)
 	}
-	return deferred.Params{Tenant: o.Tenant, Req: req, Now: b.t0.Add(o.At), Admitter: o.Admitter}
+	return deferred.Params{Tenant: o.Tenant, Req: req, Now: b.t0.Add(o.At), Admitter: o.Admitter, DebounceMaxStarts: o.MaxStarts}
 }
 
 // try accepts a start in a transaction of its own.
@@ -494,9 +496,12 @@ func TestAdmissionAtAcceptance(t *testing.T) {
 		require.ErrorIs(t, err, runstore.ErrNotFound, "a refused start leaves nothing")
 	}
 	require.Equal(t, 3, b.running())
-	// A later start of an open window adds no run: it is not refused.
-	joined := b.start(startOpts{ID: "d3", Debounce: deb, Admitter: adm, At: time.Second})
-	require.Equal(t, api.StatusDeferred, joined.Run.Status)
+	// A later start of an open window adds no run, but is asked as a start
+	// would be: at the limit it is refused too.
+	_, err := b.try(startOpts{ID: "d3", Debounce: deb, Admitter: adm, At: time.Second})
+	var ae *api.Error
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, 429, ae.Status)
 
 	// Firing asks nobody and changes no count.
 	require.Equal(t, 2, b.fire(time.Minute).Fired)
@@ -504,7 +509,7 @@ func TestAdmissionAtAcceptance(t *testing.T) {
 	runs, _ := b.runs()
 	require.Equal(t, 3, runs)
 	// The count falls when a run is final, and admits again.
-	_, err := runstore.Cancel(b.ctx, b.db, "acme", "t1", 0, "user")
+	_, err = runstore.Cancel(b.ctx, b.db, "acme", "t1", 0, "user")
 	require.NoError(t, err)
 	require.Equal(t, 2, b.running())
 	b.start(startOpts{ID: "b2", Batch: bat, Admitter: adm, At: 2 * time.Minute})

@@ -14,6 +14,13 @@
 // with that id is a 409), answers GET and listings, can be cancelled, and
 // counts in the tenant's running count: admission is decided when a start
 // is accepted and the slot is held until the run is final (see Accept).
+// Every start is asked, including one that joins an open window or batch:
+// it is judged as if it added a run, and adds none, so the count stays
+// the number of unfinished runs while a tenant at its limit cannot feed
+// its windows. A debounce window takes at most DebounceMaxStarts starts
+// (the last one fires it) and stays open at most max_wait, or
+// DebounceMaxOpen without one; a batch is bounded by max_size and
+// max_wait.
 //
 // Firing (Fire, called by every worker's janitor tick, and by Accept when a
 // batch fills) replaces the deferred row by the real run through

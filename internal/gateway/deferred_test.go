@@ -330,8 +330,8 @@ func TestDeferredStartsSurviveAGatewayRestart(t *testing.T) {
 }
 
 // Admission is decided when a deferred start is accepted: a start that
-// adds a run over the tenant's limit gets 429 and writes nothing; a start
-// joining an open window is not asked; a cancel frees the slot.
+// adds a run over the tenant's limit, or joins an open window at it, gets
+// 429 and writes nothing; a cancel frees the slot.
 func TestDeferredAdmissionAtAcceptance(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{Tokens: eightTenants(t)})
@@ -343,9 +343,8 @@ func TestDeferredAdmissionAtAcceptance(t *testing.T) {
 	u, err := b.client(t, secretA).Usage(b.ctx)
 	require.NoError(t, err)
 	require.Equal(t, 16, u.Running, "the waiting run holds its slot")
-	b.startRun(t, secretA, 201, deferredBody("adm", `"id":"w2","debounce":{"key":"a","period":"1h"}`))
-
 	over := []string{
+		deferredBody("adm", `"id":"w2","debounce":{"key":"a","period":"1h"}`), // joins w1's window
 		deferredBody("adm", `"id":"x1","debounce":{"key":"b","period":"1h"}`),
 		deferredBody("adm", `"id":"x2","batch":{"max_size":5,"max_wait":"1h"}`),
 		deferredBody("adm", `"id":"x3","throttle":{"limit":5,"period":"1h"}`),
@@ -358,7 +357,7 @@ func TestDeferredAdmissionAtAcceptance(t *testing.T) {
 		require.Equal(t, 429, status, string(out))
 	}
 	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM deferred_groups`))
-	require.Equal(t, 2, b.count(t, 0, `SELECT count(*) FROM deferred_starts`))
+	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM deferred_starts`))
 	require.Zero(t, b.count(t, 0, `SELECT count(*) FROM runs WHERE id LIKE 'x%'`))
 	require.Equal(t, 16, b.count(t, 0, `SELECT running FROM tenant_running WHERE tenant = $1`, tenantOn[0]))
 
@@ -366,7 +365,7 @@ func TestDeferredAdmissionAtAcceptance(t *testing.T) {
 	require.Equal(t, 1, b.fireAt(t, 0, w.FiresAt.Add(time.Hour)).Fired)
 	require.Equal(t, 16, b.count(t, 0, `SELECT running FROM tenant_running WHERE tenant = $1`, tenantOn[0]))
 	// Cancelling the window (by a start's id) frees the slot.
-	status, out := b.call(t, "POST", "/v1/runs/w2/cancel", secretA, nil)
+	status, out := b.call(t, "POST", "/v1/runs/w1/cancel", secretA, nil)
 	require.Equal(t, 200, status, string(out))
 	require.Equal(t, api.StatusCancelled, decode[api.Run](t, out).Status)
 	b.startRun(t, secretA, 201, over[0])
