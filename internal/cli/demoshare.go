@@ -19,16 +19,22 @@ both tenants start --runs runs due at the same moment (run_at). Once all
 have finished it prints how the claims divided while both tenants had
 work: about --weight claims of the heavy tenant for each of the other's.
 
-priority: tenant --heavy starts --runs runs at priority 10 and the other
-tenant --runs at priority 0, all due at the same moment. It prints how many
-priority-0 runs were claimed before the last priority-10 one: none, but for
-claims in flight together.
+priority: the admin token raises tenant --heavy's priority ceiling to 10
+for the demo (a tenant may not go above the default priority, 0, unless an
+operator allows it); that tenant starts --runs runs at priority 10 and the
+other tenant --runs at priority 0, all due at the same moment. It prints
+how many priority-0 runs were claimed before the last priority-10 one:
+none, but for claims in flight together.
 
 Both go through the gateway at HARVEST_GATEWAY_URL with the tokens that
 harvest dev --env-file writes (HARVEST_ADMIN_TOKEN, HARVEST_TENANT_<N>_*);
 the two tenants must share a home shard (tenants 1 and 2 of harvest dev do).
 
 Flags:`
+
+// demoPriority is the priority of the heavy tenant's runs in the
+// priority demo.
+const demoPriority = 10
 
 // demoTenant is one tenant of a demo: its name (its bound fairness key)
 // and a client with its token.
@@ -73,11 +79,26 @@ func runDemoShare(ctx context.Context, e env, mode string, args []string) error 
 	if err != nil {
 		return err
 	}
-	if mode == "share" {
-		admin, err := client.New(client.Options{URL: os.Getenv("HARVEST_GATEWAY_URL"), Token: os.Getenv("HARVEST_ADMIN_TOKEN")})
-		if err != nil {
-			return err
+	admin, err := client.New(client.Options{URL: os.Getenv("HARVEST_GATEWAY_URL"), Token: os.Getenv("HARVEST_ADMIN_TOKEN")})
+	if err != nil {
+		return err
+	}
+	if mode == "priority" {
+		// A tenant's starts may carry at most its priority ceiling, the
+		// default priority unless an operator raises it: the demo raises
+		// the heavy tenant's for its run and puts it back afterwards.
+		if _, err := admin.SetPriorityCeiling(ctx, heavy.name, demoPriority); err != nil {
+			return apiFailure(err)
 		}
+		defer func() {
+			if _, err := admin.ClearPriorityCeiling(context.WithoutCancel(ctx), heavy.name); err != nil {
+				fmt.Fprintf(e.stderr, "clearing the priority ceiling of %s: %v\n", heavy.name, apiFailure(err))
+			}
+		}()
+		fmt.Fprintf(e.stdout, "%s may start runs up to priority %d for this demo; %s keeps the default ceiling, %d.\n",
+			heavy.name, demoPriority, other.name, api.DefaultMaxPriority)
+	}
+	if mode == "share" {
 		if _, err := admin.SetWeight(ctx, *queue, heavy.name, *weight); err != nil {
 			return apiFailure(err)
 		}
@@ -91,7 +112,7 @@ func runDemoShare(ctx context.Context, e env, mode string, args []string) error 
 	at := time.Now().Add(*lead)
 	heavyPrio := 0
 	if mode == "priority" {
-		heavyPrio = 10
+		heavyPrio = demoPriority
 	}
 	for _, s := range []struct {
 		t    demoTenant

@@ -29,7 +29,7 @@ func TestHTTPStartWritesRunTaskAndCount(t *testing.T) {
 	b := setup(t, setupOpts{})
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	req, err := http.NewRequest(http.MethodPost, b.srv.URL+"/v1/runs",
-		strings.NewReader(`{"name":"echo","queue":"shared","input":{"n":1},"quota_key":"q-1","priority":7}`))
+		strings.NewReader(`{"name":"echo","queue":"shared","input":{"n":1},"quota_key":"q-1","priority":-7}`))
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+secretA)
 	req.Header.Set("traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
@@ -48,7 +48,7 @@ func TestHTTPStartWritesRunTaskAndCount(t *testing.T) {
 	require.Equal(t, 0, run.Shard, "the tenant's home shard")
 	require.Equal(t, "q-1", run.FairnessKey, "the quota key stands in for the fairness key")
 	require.Equal(t, "q-1", run.QuotaKey)
-	require.Equal(t, 7, run.Priority)
+	require.Equal(t, -7, run.Priority)
 	require.Equal(t, api.StatusQueued, run.Status)
 	require.False(t, run.CreatedAt.IsZero())
 
@@ -148,7 +148,7 @@ func TestBatchStartEachItemOnItsOwn(t *testing.T) {
 		{"id":"b-2","name":"echo","queue":"..","fairness_key":"k"},
 		{"id":"b-3","name":"echo","queue":"shared","bogus":1},
 		{"id":"b-4","name":"echo","queue":"shared","input":"\u0000"},
-		{"id":"b-5","name":"echo","queue":"shared","priority":5}
+		{"id":"b-5","name":"echo","queue":"shared","priority":-5}
 	]}`
 	for _, via := range []string{"http", "nats"} {
 		var status int
@@ -169,7 +169,7 @@ func TestBatchStartEachItemOnItsOwn(t *testing.T) {
 		require.Equal(t, "input", res[3].Error.Field)
 		require.Equal(t, 400, res[3].Error.Status)
 		require.NotNil(t, res[4].Run, via)
-		require.Equal(t, 5, res[4].Run.Priority)
+		require.Equal(t, -5, res[4].Run.Priority)
 	}
 	require.Equal(t, 2, b.count(t, 0, `SELECT count(*) FROM runs`))
 	require.Equal(t, 2, b.count(t, 0, `SELECT count(*) FROM tasks`))

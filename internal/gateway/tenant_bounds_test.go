@@ -236,3 +236,22 @@ func TestScheduledCapExactAcrossGateways(t *testing.T) {
 	require.NoError(t, json.Unmarshal(body, &usage))
 	require.Equal(t, cap, usage.Running, "only the runs not due yet are unfinished")
 }
+
+// A deferred start's waiting run (debounce window, batch, throttle
+// backlog) is not due either: it counts toward the same scheduled cap, so
+// a tenant cannot hold max_runs for a week in windows on many keys. A join
+// of an open window adds no run and is not held to it.
+func TestDeferredRunsCountAsScheduled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{MaxRuns: 8})
+	b.startRun(t, secretA, http.StatusCreated, deferredBody("sched", `"debounce":{"key":"k1","period":"1h"}`))
+	b.startRun(t, secretA, http.StatusCreated, startBody(`"delay":"1h"`))
+	status, body := b.call(t, "POST", "/v1/runs", secretA, deferredBody("sched", `"debounce":{"key":"k2","period":"1h"}`))
+	require.Equal(t, http.StatusTooManyRequests, status, string(body))
+	require.Contains(t, apiErr(t, body).Message, "not due yet")
+	status, body = b.call(t, "POST", "/v1/runs", secretA, deferredBody("sched", `"throttle":{"key":"t","limit":1,"period":"1h"}`))
+	require.Equal(t, http.StatusCreated, status, "a throttled start under its limit runs now: %s", body)
+	status, body = b.call(t, "POST", "/v1/runs", secretA, deferredBody("sched", `"throttle":{"key":"t","limit":1,"period":"1h"}`))
+	require.Equal(t, http.StatusTooManyRequests, status, "one that must wait is held: %s", body)
+	b.startRun(t, secretA, http.StatusCreated, deferredBody("sched", `"debounce":{"key":"k1","period":"1h"}`))
+}
