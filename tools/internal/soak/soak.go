@@ -151,6 +151,11 @@ func Run(ctx context.Context, o SoakOptions) (err error) {
 	if _, err := f.Admin(0).SetWeight(ctx, Queue, PairHeavy, PairWeight); err != nil {
 		return interrupted(ctx, fmt.Errorf("soak: weight of %s: %w", PairHeavy, err))
 	}
+	// The priority band's tenant may go above the default priority only
+	// once an operator allows it.
+	if _, err := f.Admin(0).SetPriorityCeiling(ctx, f.Tenants()[0], UrgentPriority); err != nil {
+		return interrupted(ctx, fmt.Errorf("soak: priority ceiling of %s: %w", f.Tenants()[0], err))
+	}
 	maxConc, qrate := 10, max(5, o.Rate/10)
 	qburst := max(1, qrate)
 	if _, err := f.Admin(0).SetQuota(ctx, Queue, MeteredQuota, weights.Quota{MaxConcurrent: &maxConc, Rate: &qrate, Burst: &qburst}); err != nil {
