@@ -1,7 +1,8 @@
 // Package janitor keeps a shard healthy in the background: it puts back
 // tasks whose lease ran out, makes scheduled tasks claimable when they fall
 // due, recounts each tenant's unfinished runs, deletes finished runs once
-// they are older than the retention period, fires the deferred starts
+// they are older than the retention period and audit rows once they are
+// older than the audit retention, fires the deferred starts
 // (throttle, debounce, batch) whose time came and prunes the finished ones,
 // and, while the rate-limit bucket GC is on, drops idle rate buckets and
 // idle fairness state.

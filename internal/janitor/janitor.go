@@ -26,19 +26,32 @@ var (
 	sqlJobDue           = mustSQL("JanitorJobDue")
 	sqlFairVacuum       = mustSQL("FairVacuum")
 	sqlClockNow         = mustSQL("ClockNow")
+	sqlAuditDelete      = mustSQL("AuditDeleteExpired")
 )
 
 // Settings are the janitor's knobs. The envconfig tags read them from
-// HARVEST_RETENTION, HARVEST_RATE_BUCKET_GC and
-// HARVEST_RATE_BUCKET_IDLE_WINDOW when the struct is embedded in a
-// binary's configuration.
+// HARVEST_RETENTION, HARVEST_RATE_BUCKET_GC and the others below when the
+// struct is embedded in a binary's configuration.
+//
+// pkg/worker's JanitorConfig has the same fields, in the same order, with
+// the same types: the worker converts one into the other
+// (janitor.Settings(cfg)), so a field added here and not there, or the
+// other way round, stops the build instead of being dropped on the way.
 type Settings struct {
 	Retention          time.Duration `envconfig:"RETENTION" default:"168h" desc:"delete finished runs and their tasks this long after they finished"`
 	BucketGC           bool          `envconfig:"RATE_BUCKET_GC" default:"true" desc:"drop idle rate-limit buckets on each janitor tick; idle fairness state is pruned only while this is on"`
 	BucketIdleWindow   time.Duration `envconfig:"RATE_BUCKET_IDLE_WINDOW" default:"1h" desc:"a rate bucket or fairness key untouched this long counts as idle"`
 	FairRepairInterval time.Duration `envconfig:"FAIR_REPAIR_INTERVAL" default:"1m" desc:"how often one janitor of the shard rebuilds the fair claim's key heads from the task rows while claims go on (0: never)"`
 	FairPruneInterval  time.Duration `envconfig:"FAIR_PRUNE_INTERVAL" default:"1m" desc:"how often one janitor of the shard prunes idle fairness state, taking each fair queue's lock in turn (0: every tick)"`
+	AuditRetention     time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h" desc:"delete audit rows this long after they were written, in batches (0: keep them for ever, logged as a warning at start)"`
 }
+
+// DefaultRetention is how long finished runs and their tasks are kept.
+const DefaultRetention = 7 * 24 * time.Hour
+
+// DefaultBucketIdleWindow is how long a rate bucket or fairness key must be
+// untouched to count as idle.
+const DefaultBucketIdleWindow = time.Hour
 
 // DefaultFairRepairInterval is how often the fairness heads are rebuilt from
 // the task rows. They only go wrong when something writes tasks past the
@@ -53,23 +66,43 @@ const DefaultFairRepairInterval = time.Minute
 // the claims several times a second (docs/reliability.md).
 const DefaultFairPruneInterval = time.Minute
 
+// DefaultAuditRetention is how long audit rows are kept: 90 days, long
+// enough to look back over a quarter's changes, short enough that rows a
+// tenant can cause (its own weight changes, folded refusals) cannot grow
+// a shard's audit table without bound.
+const DefaultAuditRetention = 90 * 24 * time.Hour
+
 // DefaultSettings returns the defaults of the Settings fields.
 func DefaultSettings() Settings {
-	return Settings{Retention: 7 * 24 * time.Hour, BucketGC: true, BucketIdleWindow: time.Hour,
-		FairRepairInterval: DefaultFairRepairInterval, FairPruneInterval: DefaultFairPruneInterval}
+	return Settings{Retention: DefaultRetention, BucketGC: true, BucketIdleWindow: DefaultBucketIdleWindow,
+		FairRepairInterval: DefaultFairRepairInterval, FairPruneInterval: DefaultFairPruneInterval,
+		AuditRetention: DefaultAuditRetention}
 }
 
 // DB is what the janitor needs of a shard: a *pgxpool.Pool qualifies.
 type DB = shard.Beginner
 
-// Report counts what one tick did.
+// Report is what one tick did: its counts, and the runs it fired.
 type Report struct {
+	Counts
+	// DeferredStarted lists the runs this tick fired, once committed. The
+	// janitor has no NATS connection of its own: its caller announces them
+	// (see WakeQueues), so that workers waiting for work of those queues
+	// claim at once instead of at their next poll.
+	DeferredStarted []runstore.Committed
+}
+
+// Counts count what one tick did. pkg/worker's JanitorReport has the same
+// fields in the same order and is converted from it, so that a count added
+// here reaches the worker's hook or stops the build.
+type Counts struct {
 	Requeued       int  // expired leases put back as pending
 	FailedRuns     int  // runs failed because an expired lease used their last attempt
 	Promoted       int  // scheduled tasks made claimable
 	Exclusive      bool // this janitor held the lock for the jobs below
 	Recounted      int  // tenants whose running count was wrong and was fixed
 	DeletedRuns    int  // finished runs deleted past the retention period
+	DeletedAudit   int  // audit rows deleted past the audit retention
 	DeletedBuckets int  // idle rate buckets dropped
 	PrunedKeys     int  // idle fairness state rows pruned
 	// RepairedKeys counts keys whose fairness head was missing or wrong and
@@ -83,11 +116,6 @@ type Report struct {
 	DeferredFired     int
 	DeferredCancelled int
 	DeferredPruned    int
-	// DeferredStarted lists the runs this tick fired, once committed. The
-	// janitor has no NATS connection of its own: its caller announces them
-	// (see WakeQueues), so that workers waiting for work of those queues
-	// claim at once instead of at their next poll.
-	DeferredStarted []runstore.Committed
 }
 
 // WakeQueues counts the fired runs by queue, leaving out those whose first
@@ -195,6 +223,24 @@ type TestSignals struct {
 	Ticked testsignal.Signal[Ticked]
 }
 
+// Started is what a Loop signals as it starts: the settings and the
+// interval it was given.
+type Started struct {
+	Settings Settings
+	Interval time.Duration
+}
+
+type startedKey struct{}
+
+// WithStartedSignal returns a context under which a Loop signals sig once,
+// as it starts. The janitor runs inside the worker, so a test cannot reach
+// its Loop; through the context the worker's Run passes down, it sees the
+// settings the worker handed the janitor (internal/workerbin's test of
+// every variable). Only tests call it.
+func WithStartedSignal(ctx context.Context, sig *testsignal.Signal[Started]) context.Context {
+	return context.WithValue(ctx, startedKey{}, sig)
+}
+
 // Ticked is one tick as TestSignals.Ticked carries it.
 type Ticked struct {
 	Report
@@ -206,6 +252,12 @@ func (l *Loop) Run(ctx context.Context) {
 	log := l.Log
 	if log == nil {
 		log = slog.Default()
+	}
+	if sig, ok := ctx.Value(startedKey{}).(*testsignal.Signal[Started]); ok {
+		sig.Signal(Started{Settings: l.Settings, Interval: l.Interval})
+	}
+	if l.Settings.AuditRetention <= 0 {
+		log.Warn("janitor keeps audit rows for ever: the audit retention (HARVEST_AUDIT_RETENTION) is 0")
 	}
 	t := time.NewTicker(l.Interval)
 	defer t.Stop()

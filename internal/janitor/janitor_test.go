@@ -1,11 +1,15 @@
 package janitor_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -290,4 +294,98 @@ func TestLoopSignalsItsTicks(t *testing.T) {
 	require.NoError(t, tk.Err)
 	require.Equal(t, 1, tk.Requeued)
 	require.Equal(t, "pending", b.state(id))
+}
+
+// Audit rows older than the audit retention are deleted oldest first, at
+// most DefaultAuditDeleteBatch in a tick, so a backlog goes over several
+// short statements; younger rows stay, and a retention of 0 keeps them
+// all.
+func TestDeletesAuditRowsPastTheirRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := janitor.DefaultAuditDeleteBatch + 3
+	// Old rows, numbered from the youngest (1) to the oldest, one second
+	// apart, past the default retention of 90 days; one row inside it and
+	// one written now.
+	_, err := b.db.Exec(b.ctx, `
+		INSERT INTO audit (at, actor, action, outcome, message)
+		SELECT now() - interval '91 days' - g * interval '1 second', 'ops', 'old', 'ok', g::text
+		FROM generate_series(1, $1::int) g`, old)
+	require.NoError(t, err)
+	_, err = b.db.Exec(b.ctx, `INSERT INTO audit (at, actor, action, outcome) VALUES
+		(now() - interval '89 days', 'ops', 'recent', 'ok'), (now(), 'ops', 'new', 'ok')`)
+	require.NoError(t, err)
+
+	keep := janitor.DefaultSettings()
+	keep.AuditRetention = 0
+	rep, err := janitor.Tick(b.ctx, b.db, keep)
+	require.NoError(t, err)
+	require.True(t, rep.Exclusive)
+	require.Zero(t, rep.DeletedAudit, "a retention of 0 keeps every row")
+	require.Equal(t, old+2, b.scalar(`SELECT count(*) FROM audit`))
+
+	rep, err = janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.Equal(t, janitor.DefaultAuditDeleteBatch, rep.DeletedAudit, "one batch per tick")
+	var left []string
+	require.NoError(t, b.db.QueryRow(b.ctx,
+		`SELECT array_agg(message ORDER BY message) FROM audit WHERE action = 'old'`).Scan(&left))
+	require.Equal(t, []string{"1", "2", "3"}, left, "the oldest rows go first")
+
+	rep, err = janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.Equal(t, 3, rep.DeletedAudit)
+	rep, err = janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.Zero(t, rep.DeletedAudit)
+	var actions []string
+	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT array_agg(action ORDER BY action) FROM audit`).Scan(&actions))
+	require.Equal(t, []string{"new", "recent"}, actions, "rows inside the retention stay")
+}
+
+// The audit delete reads the table through the audit_at index: on a shard
+// with years of rows a batch must not scan the whole table to find the
+// oldest.
+func TestAuditDeleteCanUseTheAtIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	stmt, err := os.ReadFile("sql/AuditDeleteExpired.sql")
+	require.NoError(t, err)
+	tx, err := b.db.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck // nothing to keep
+	// The table is empty here, where a sequential scan is cheapest: forbid
+	// it to see which index the planner would take on a long table.
+	_, err = tx.Exec(b.ctx, `SET LOCAL enable_seqscan = off`)
+	require.NoError(t, err)
+	rows, err := tx.Query(b.ctx, "EXPLAIN "+string(stmt), janitor.DefaultAuditRetention.Microseconds(), janitor.DefaultAuditDeleteBatch)
+	require.NoError(t, err)
+	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Contains(t, strings.Join(plan, "\n"), "audit_at", "plan:\n%s", strings.Join(plan, "\n"))
+}
+
+// Keeping audit rows for ever is allowed, but said: a janitor started with
+// an audit retention of 0 logs a warning, one with a retention does not.
+func TestLoopWarnsWhenAuditRowsAreKeptForEver(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	logs := func(s janitor.Settings) string {
+		var buf bytes.Buffer
+		loop := &janitor.Loop{DB: b.db, Settings: s, Interval: time.Hour,
+			Log: slog.New(slog.NewTextHandler(&buf, nil))}
+		loop.TestSignals.Ticked.Init()
+		ctx, stop := context.WithCancel(b.ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); loop.Run(ctx) }()
+		_, err := loop.TestSignals.Ticked.WaitFor(b.ctx, func(janitor.Ticked) bool { return true })
+		stop()
+		<-done
+		require.NoError(t, err)
+		return buf.String()
+	}
+	keep := janitor.DefaultSettings()
+	keep.AuditRetention = 0
+	require.Contains(t, logs(keep), "level=WARN msg=\"janitor keeps audit rows for ever")
+	require.NotContains(t, logs(janitor.DefaultSettings()), "audit")
 }

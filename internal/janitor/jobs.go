@@ -38,6 +38,7 @@ var afterJobs = []afterJob{
 	fairRepairer{},
 	fairVacuum{},
 	recounter{},
+	auditRetention{batch: DefaultAuditDeleteBatch},
 }
 
 // Limits of one tick.
@@ -50,6 +51,11 @@ const (
 	// DefaultDeleteBatch is the most finished runs (and, apart, finished
 	// deferred groups) deleted per tick.
 	DefaultDeleteBatch = 5000
+	// DefaultAuditDeleteBatch is the most audit rows deleted per tick, in
+	// one statement of its own: a backlog (the retention shortened, or
+	// turned on over years of rows) goes over several ticks, and no
+	// transaction holds more than this many row locks.
+	DefaultAuditDeleteBatch = 5000
 )
 
 type sharedJob interface {
@@ -226,4 +232,19 @@ func (recounter) runAfter(ctx context.Context, db DB, t *lockedTick) error {
 	fixed, err := tenantcap.Recount(ctx, db)
 	t.rep.Recounted = len(fixed)
 	return err
+}
+
+// auditRetention deletes audit rows older than AuditRetention (kept for
+// ever when it is 0), one batch per tick, oldest first. It runs after the
+// locked transaction, in a statement of its own, so that its row locks do
+// not lengthen the transaction every other exclusive job waits in; rows
+// that a janitor of an overlapping tick is deleting are skipped.
+type auditRetention struct{ batch int }
+
+func (auditRetention) name() string { return "delete expired audit rows" }
+func (j auditRetention) runAfter(ctx context.Context, db DB, t *lockedTick) error {
+	if t.s.AuditRetention <= 0 {
+		return nil
+	}
+	return db.QueryRow(ctx, sqlAuditDelete, t.s.AuditRetention.Microseconds(), j.batch).Scan(&t.rep.DeletedAudit)
 }

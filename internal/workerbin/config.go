@@ -13,12 +13,26 @@ import (
 )
 
 // Config is the stock worker's configuration as the environment gives it:
-// the runtime's settings (worker.Config, field for field, with the same
-// names), where to reach the shard and NATS, the metrics listener and the
-// bridge's reply timeout. Defaults are worker.DefaultConfig's.
+// the runtime's settings (Runtime, converted to worker.Config), the
+// janitor's (janitor.Settings, converted to worker.JanitorConfig), where
+// to reach the shard and NATS, the metrics listener, the bridge's reply
+// timeout and the demo workflows' switch. Defaults are
+// worker.DefaultConfig's.
 type Config struct {
 	config.Common
+	Runtime
+	janitor.Settings
 
+	MetricsAddr   string        `envconfig:"WORKER_METRICS_ADDR" default:":9464" desc:"listen address of /metrics (empty: no metrics server)"`
+	HandleTimeout time.Duration `envconfig:"WORKER_HANDLE_TIMEOUT" default:"5m" desc:"how long the NATS bridge waits for a service's reply (a run's timeout, when shorter, wins)"`
+	DemoHandlers  bool          `envconfig:"WORKER_DEMO_HANDLERS" default:"false" desc:"also run the demo workflows echo, sleep, fail and steps in this worker, for any tenant that starts them (logged as a warning); for demos and tests only: harvest dev runs them itself"`
+}
+
+// Runtime is worker.Config as the environment gives it: the same fields,
+// in the same order, with the same types, so that Config.Worker converts
+// one into the other. A field added to either side alone stops the build,
+// where a copy field by field would drop it without a word.
+type Runtime struct {
 	Shard  int                `envconfig:"WORKER_SHARD" default:"0" desc:"index in HARVEST_SHARDS of the shard this worker serves"`
 	Queues map[string]float64 `envconfig:"WORKER_QUEUES" default:"default:1" desc:"queues served, with their share of the claims (queue:weight,...)"`
 
@@ -37,28 +51,25 @@ type Config struct {
 	StickyFor         time.Duration `envconfig:"WORKER_STICKY_FOR" default:"10s" desc:"how long a continuation stays reserved for the worker that made it"`
 	RetryBase         time.Duration `envconfig:"WORKER_RETRY_BASE" default:"1s" desc:"first retry delay of a failed attempt; doubled per attempt, with jitter"`
 	RetryMax          time.Duration `envconfig:"WORKER_RETRY_MAX" default:"5m" desc:"largest retry delay"`
+	DefaultTimeout    time.Duration `envconfig:"WORKER_DEFAULT_TIMEOUT" default:"1h" desc:"bound of each attempt of a run started without a timeout (a run's own timeout wins): a handler still running then is cancelled and the attempt fails"`
 	ID                string        `envconfig:"WORKER_ID" desc:"worker id recorded on claimed tasks (default: host name and process id)"`
+	// PresenceInterval keeps the runtime's default: no variable sets it.
+	PresenceInterval time.Duration `ignored:"true"`
 
 	RunJanitor      bool          `envconfig:"WORKER_JANITOR" default:"true" desc:"run the janitor (lease rescue, promotion, recount, retention) in this worker"`
 	JanitorInterval time.Duration `envconfig:"WORKER_JANITOR_INTERVAL" default:"5s" desc:"time between janitor ticks"`
-	janitor.Settings
-
-	MetricsAddr   string        `envconfig:"WORKER_METRICS_ADDR" default:":9464" desc:"listen address of /metrics (empty: no metrics server)"`
-	HandleTimeout time.Duration `envconfig:"WORKER_HANDLE_TIMEOUT" default:"5m" desc:"how long the NATS bridge waits for a service's reply (a run's timeout, when shorter, wins)"`
+	// Janitor is filled by Config.Worker from the janitor's own variables
+	// (Config's janitor.Settings), which keep their names without WORKER_.
+	Janitor worker.JanitorConfig `ignored:"true"`
 }
 
-// Worker is the runtime's part of the configuration.
+// Worker is the runtime's part of the configuration. Both halves are type
+// conversions, checked by the compiler, so no variable can be read and
+// then dropped on its way to the runtime.
 func (c Config) Worker() worker.Config {
-	return worker.Config{
-		Shard: c.Shard, Queues: c.Queues, FairnessKeys: c.FairnessKeys,
-		MaxConcurrentClaims: c.MaxConcurrentClaims, PriorityAgingSecs: c.PriorityAgingSecs,
-		ClaimBatch: c.ClaimBatch, BatchClaimers: c.BatchClaimers, CompleteBatch: c.CompleteBatch,
-		PollInterval: c.PollInterval, Lease: c.Lease, HeartbeatInterval: c.HeartbeatInterval,
-		ShutdownGrace: c.ShutdownGrace, StickyFor: c.StickyFor, RetryBase: c.RetryBase, RetryMax: c.RetryMax,
-		ID: c.ID, RunJanitor: c.RunJanitor, JanitorInterval: c.JanitorInterval,
-		Janitor: worker.JanitorConfig{Retention: c.Retention, BucketGC: c.BucketGC,
-			BucketIdleWindow: c.BucketIdleWindow, FairRepairInterval: c.FairRepairInterval},
-	}
+	w := worker.Config(c.Runtime)
+	w.Janitor = worker.JanitorConfig(c.Settings)
+	return w
 }
 
 // Validate checks the configuration and names the variable at fault.

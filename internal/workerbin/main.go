@@ -32,10 +32,11 @@ func Usage(w io.Writer) { binary.Usage(w, &Config{}) }
 // binary is how the worker presents itself on the command line.
 var binary = config.Binary{Name: "worker", Intro: `worker: claims and runs the tasks of one Harvest shard.
 
-It serves the queues in HARVEST_WORKER_QUEUES on shard HARVEST_WORKER_SHARD,
-runs the demo workflows echo, sleep, fail and steps itself, and asks services
-over NATS (harvest.handle.<workflow>) for every other workflow. SIGTERM or
-SIGINT stops it gracefully. OTEL_* variables configure trace export.
+It serves the queues in HARVEST_WORKER_QUEUES on shard HARVEST_WORKER_SHARD
+and asks services over NATS (harvest.handle.<workflow>) to run each task.
+With HARVEST_WORKER_DEMO_HANDLERS=true it also runs the demo workflows echo,
+sleep, fail and steps itself (for demos and tests). SIGTERM or SIGINT stops
+it gracefully. OTEL_* variables configure trace export.
 `}
 
 // Main runs the worker with the process arguments (without the program
@@ -111,15 +112,10 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer telemetry.RegisterNATS(nc)()
 	defer telemetry.RegisterPool(cfg.Shard, pool)()
 
-	subj := dispatch.Subjects{}
-	w, err := worker.New(pool, cfg.Worker(), worker.Options{
-		NATS: nc, Subjects: subj, Logger: log,
-		Fallback: Bridge{NC: nc, Subjects: subj, Timeout: cfg.HandleTimeout},
-	})
+	w, err := newWorker(pool, cfg, workerOptions(nc, cfg, log), log)
 	if err != nil {
 		return err
 	}
-	RegisterDemo(w)
 	unregister, err := worker.BacklogMetrics(pool, cfg.Shard, cfg.Worker().QueueNames())
 	if err != nil {
 		return err
@@ -128,6 +124,33 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	running.Store(true)
 	defer running.Store(false)
 	return w.Run(ctx)
+}
+
+// workerOptions are the worker's collaborators: NATS, and the bridge that
+// asks a service over NATS to run a workflow the worker has no handler for.
+func workerOptions(nc *nats.Conn, cfg Config, log *slog.Logger) worker.Options {
+	subj := dispatch.Subjects{}
+	return worker.Options{
+		NATS: nc, Subjects: subj, Logger: log,
+		Fallback: Bridge{NC: nc, Subjects: subj, Timeout: cfg.HandleTimeout},
+	}
+}
+
+// newWorker makes the worker the binary runs. The demo workflows are
+// registered only when HARVEST_WORKER_DEMO_HANDLERS asks for them: they
+// run for any tenant that starts them, so a production worker must not
+// carry them unasked.
+func newWorker(pool *pgxpool.Pool, cfg Config, opts worker.Options, log *slog.Logger) (*worker.Worker, error) {
+	w, err := worker.New(pool, cfg.Worker(), opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.DemoHandlers {
+		log.Warn("demo workflows on (HARVEST_WORKER_DEMO_HANDLERS=true): any tenant may run echo, sleep, fail and steps on this worker's queues; keep it off outside demos and tests",
+			"workflows", DemoWorkflows)
+		RegisterDemo(w)
+	}
+	return w, nil
 }
 
 // connect opens the pool of the served shard and applies the schema

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/harvest-run/harvest/internal/janitor"
 	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/fairkeys"
 )
@@ -63,6 +64,12 @@ type Config struct {
 	// attempt with jitter, up to RetryMax.
 	RetryBase time.Duration
 	RetryMax  time.Duration
+	// DefaultTimeout bounds each attempt of a run that was started without
+	// a timeout of its own: its handler's context ends with
+	// ErrAttemptTimeout then, as with a run's timeout. Without it a handler
+	// that never returns would hold its task slot for ever, its heartbeats
+	// keeping the lease alive.
+	DefaultTimeout time.Duration
 	// ID is recorded on claimed tasks (empty: DefaultID).
 	ID string
 	// PresenceInterval is how often the worker renews its presence rows,
@@ -78,7 +85,10 @@ type Config struct {
 	Janitor JanitorConfig
 }
 
-// JanitorConfig configures the shard maintenance a worker runs.
+// JanitorConfig configures the shard maintenance a worker runs. The worker
+// hands it to the janitor by a type conversion, which keeps its fields and
+// the janitor's in step: a field the janitor reads must be added here too,
+// or the module does not build.
 type JanitorConfig struct {
 	// Retention is how long finished runs and their tasks are kept.
 	Retention time.Duration
@@ -91,6 +101,14 @@ type JanitorConfig struct {
 	// FairRepairInterval is how often one janitor of the shard rebuilds
 	// the fair claim's key heads from the task rows (0: never).
 	FairRepairInterval time.Duration
+	// FairPruneInterval is how often one janitor of the shard prunes idle
+	// fairness state, taking each fair queue's lock in turn (0: every
+	// tick).
+	FairPruneInterval time.Duration
+	// AuditRetention is how long audit rows are kept; older ones are
+	// deleted in batches (0: kept for ever, which the janitor logs as a
+	// warning when it starts).
+	AuditRetention time.Duration
 }
 
 // Defaults of Config.
@@ -105,9 +123,15 @@ const (
 	DefaultRetryBase           = time.Second
 	DefaultRetryMax            = 5 * time.Minute
 	DefaultJanitorInterval     = 5 * time.Second
-	DefaultRetention           = 7 * 24 * time.Hour
-	DefaultBucketIdleWindow    = time.Hour
-	DefaultFairRepairInterval  = time.Minute
+	// DefaultTimeout is the bound of an attempt whose run has no timeout:
+	// long enough for the long jobs a run without a timeout usually is,
+	// short enough that a stuck handler gives its slot back within the hour.
+	DefaultTimeout            = time.Hour
+	DefaultRetention          = janitor.DefaultRetention
+	DefaultBucketIdleWindow   = janitor.DefaultBucketIdleWindow
+	DefaultFairRepairInterval = janitor.DefaultFairRepairInterval
+	DefaultFairPruneInterval  = janitor.DefaultFairPruneInterval
+	DefaultAuditRetention     = janitor.DefaultAuditRetention
 )
 
 // DefaultConfig returns the defaults of every setting: shard 0, the queue
@@ -126,10 +150,10 @@ func DefaultConfig() Config {
 		StickyFor:           DefaultStickyFor,
 		RetryBase:           DefaultRetryBase,
 		RetryMax:            DefaultRetryMax,
+		DefaultTimeout:      DefaultTimeout,
 		RunJanitor:          true,
 		JanitorInterval:     DefaultJanitorInterval,
-		Janitor: JanitorConfig{Retention: DefaultRetention, BucketGC: true, BucketIdleWindow: DefaultBucketIdleWindow,
-			FairRepairInterval: DefaultFairRepairInterval},
+		Janitor:             JanitorConfig(janitor.DefaultSettings()),
 	}
 }
 
@@ -216,6 +240,8 @@ func (c Config) Validate() error {
 		return invalid("RetryBase", "%s must be positive", c.RetryBase)
 	case c.RetryMax < c.RetryBase:
 		return invalid("RetryMax", "%s must be at least the first retry delay (%s)", c.RetryMax, c.RetryBase)
+	case c.DefaultTimeout <= 0:
+		return invalid("DefaultTimeout", "%s must be positive: it bounds the attempts of runs started without a timeout", c.DefaultTimeout)
 	case c.RunJanitor && c.JanitorInterval <= 0:
 		return invalid("JanitorInterval", "%s must be positive", c.JanitorInterval)
 	case c.Janitor.Retention <= 0:
@@ -224,6 +250,10 @@ func (c Config) Validate() error {
 		return invalid("Janitor.BucketIdleWindow", "%s must be positive", c.Janitor.BucketIdleWindow)
 	case c.Janitor.FairRepairInterval < 0:
 		return invalid("Janitor.FairRepairInterval", "%s must not be negative", c.Janitor.FairRepairInterval)
+	case c.Janitor.FairPruneInterval < 0:
+		return invalid("Janitor.FairPruneInterval", "%s must not be negative", c.Janitor.FairPruneInterval)
+	case c.Janitor.AuditRetention < 0:
+		return invalid("Janitor.AuditRetention", "%s must not be negative (0 keeps audit rows for ever)", c.Janitor.AuditRetention)
 	}
 	return nil
 }

@@ -170,12 +170,15 @@ func (w *Worker) run(c *claimed) {
 
 	ctx, cancel := context.WithCancelCause(w.execCtx)
 	defer cancel(nil)
-	if c.timeout > 0 {
-		t.Deadline = time.Now().Add(c.timeout)
-		var cancelT context.CancelFunc
-		ctx, cancelT = context.WithDeadlineCause(ctx, t.Deadline, ErrAttemptTimeout)
-		defer cancelT()
+	// A run started without a timeout gets the worker's default: nothing
+	// else would end a handler that never returns, its heartbeats keeping
+	// the lease and so the task slot for ever.
+	if c.timeout <= 0 {
+		c.timeout = w.cfg.DefaultTimeout
 	}
+	t.Deadline = time.Now().Add(c.timeout)
+	ctx, cancelT := context.WithDeadlineCause(ctx, t.Deadline, ErrAttemptTimeout)
+	defer cancelT()
 	if c.parent.IsValid() {
 		// The execution belongs to the trace of the run's start.
 		ctx = trace.ContextWithRemoteSpanContext(ctx, c.parent)

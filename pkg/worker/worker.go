@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +82,7 @@ type JanitorReport struct {
 	Exclusive      bool // this janitor held the shard's maintenance lock for the jobs below
 	Recounted      int  // tenants whose running count was wrong and was fixed
 	DeletedRuns    int  // finished runs deleted past the retention period
+	DeletedAudit   int  // audit rows deleted past the audit retention
 	DeletedBuckets int  // idle rate buckets dropped
 	PrunedKeys     int  // idle fairness state rows pruned
 	RepairedKeys   int  // keys whose fairness head was wrong and was rebuilt
@@ -91,17 +94,9 @@ type JanitorReport struct {
 	DeferredPruned    int
 }
 
-func janitorReport(r janitor.Report) JanitorReport {
-	return JanitorReport{Requeued: r.Requeued, FailedRuns: r.FailedRuns, Promoted: r.Promoted, Exclusive: r.Exclusive,
-		Recounted: r.Recounted, DeletedRuns: r.DeletedRuns, DeletedBuckets: r.DeletedBuckets, PrunedKeys: r.PrunedKeys,
-		RepairedKeys: r.RepairedKeys, DeferredFired: r.DeferredFired, DeferredCancelled: r.DeferredCancelled,
-		DeferredPruned: r.DeferredPruned}
-}
-
-func janitorSettings(c JanitorConfig) janitor.Settings {
-	return janitor.Settings{Retention: c.Retention, BucketGC: c.BucketGC, BucketIdleWindow: c.BucketIdleWindow,
-		FairRepairInterval: c.FairRepairInterval}
-}
+// janitorReport is the janitor's counts as the hook sees them: a type
+// conversion, so that a count the janitor adds cannot be left out here.
+func janitorReport(r janitor.Report) JanitorReport { return JanitorReport(r.Counts) }
 
 // Options are the worker's collaborators besides its configuration.
 type Options struct {
@@ -214,6 +209,20 @@ func (w *Worker) HandleFunc(workflow string, f func(ctx context.Context, t Task)
 // ID is the worker's id, as recorded on the tasks it claims.
 func (w *Worker) ID() string { return w.cfg.ID }
 
+// Config returns the configuration the worker runs with: New's copy, with
+// the ID filled in when it was empty.
+func (w *Worker) Config() Config {
+	c := w.cfg
+	c.Queues = maps.Clone(c.Queues)
+	return c
+}
+
+// Workflows lists the workflow names with a registered handler, in name
+// order (the fallback, if any, runs every other name).
+func (w *Worker) Workflows() []string {
+	return slices.Sorted(maps.Keys(w.handlers))
+}
+
 // Ready is closed once Run has subscribed to its NATS subjects (when the
 // server is reachable) and started its claim loops.
 func (w *Worker) Ready() <-chan struct{} { return w.ready }
@@ -244,7 +253,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	bg.Go(func() { w.presence(claimCtx) })
 	if w.cfg.RunJanitor {
 		bg.Go(func() {
-			janitor.Run(claimCtx, w.db, janitorSettings(w.cfg.Janitor), w.cfg.JanitorInterval, w.log, w.janitorTick)
+			janitor.Run(claimCtx, w.db, janitor.Settings(w.cfg.Janitor), w.cfg.JanitorInterval, w.log, w.janitorTick)
 		})
 	}
 	var loops conc.WaitGroup
@@ -256,7 +265,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 	w.log.Info("worker started", "queues", w.cfg.QueueNames(), "fair", w.cfg.FairnessKeys,
-		"loops", w.cfg.MaxConcurrentClaims, "nats", w.nc != nil)
+		"loops", w.cfg.MaxConcurrentClaims, "nats", w.nc != nil, "workflows", w.Workflows())
 	close(w.ready)
 
 	<-ctx.Done()

@@ -185,6 +185,7 @@ func TestWorkerMetricsEndpoint(t *testing.T) {
 		"HARVEST_WORKER_FAIRNESS_KEYS=true",
 		"HARVEST_WORKER_POLL_INTERVAL=50ms",
 		"HARVEST_WORKER_METRICS_ADDR="+addr,
+		"HARVEST_WORKER_DEMO_HANDLERS=true", // the runs are echo's
 	)
 
 	want := []*regexp.Regexp{

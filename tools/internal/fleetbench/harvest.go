@@ -309,6 +309,9 @@ func runHarvest(ctx context.Context, cfg *Config, natsURL string, fair bool, pai
 			"HARVEST_WORKER_METRICS_ADDR=",
 			"HARVEST_WORKER_ID=fleet-"+strconv.Itoa(i),
 			"HARVEST_WORKER_JANITOR="+strconv.FormatBool(i == 0 && !cfg.NoJanitor),
+			// The benchmark's runs are echo's, a demo workflow, which the
+			// stock worker runs only when asked.
+			"HARVEST_WORKER_DEMO_HANDLERS=true",
 		)
 		if cfg.Profile && i == 0 && cfg.OutDir != "" {
 			res.Profile = filepath.Join(cfg.OutDir, "cpu-worker-"+tag+".pprof")

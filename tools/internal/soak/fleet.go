@@ -471,6 +471,9 @@ func (f *Fleet) AddWorker(s int) (string, error) {
 		"HARVEST_WORKER_SHUTDOWN_GRACE=2s",
 		"HARVEST_WORKER_HANDLE_TIMEOUT=5s",
 		"HARVEST_WORKER_METRICS_ADDR=",
+		// The mix's sleep, fail and steps runs (mix.go, load.go) are the
+		// demo workflows, which the stock worker runs only when asked.
+		"HARVEST_WORKER_DEMO_HANDLERS=true",
 	)
 	p, err := startProc(id, f.opts.Bins.Worker, env)
 	if err != nil {
