@@ -41,7 +41,8 @@
 // # Running
 //
 // The handler's context ends when the lease is lost, the run is cancelled,
-// the run's timeout passes, or the stop's grace period is over; the cause
+// the run's timeout (or the worker's DefaultTimeout) passes, or the stop's
+// grace period is over; the cause
 // (context.Cause) is one of ErrLeaseLost, ErrRunCancelled,
 // ErrAttemptTimeout, ErrShutdown. While it runs, a heartbeat extends the
 // lease every Config.HeartbeatInterval; the heartbeat also reads the run's

@@ -22,7 +22,8 @@ type Task struct {
 	Attempt     int // 1 for the first attempt of this step
 	MaxAttempts int
 	Input       json.RawMessage
-	// Deadline is when the run's timeout ends this attempt (zero: none).
+	// Deadline is when the run's timeout, or the worker's DefaultTimeout for a
+	// run without one, ends this attempt.
 	Deadline time.Time
 }
 
@@ -52,8 +53,8 @@ func Complete(output json.RawMessage) Result { return Result{Output: output} }
 func Continue(input json.RawMessage) Result { return Result{Next: &Next{Input: input}} }
 
 // Handler runs tasks of one workflow. The context ends when the lease is
-// lost, the run is cancelled, the run's timeout passes, or the worker's
-// shutdown grace runs out; context.Cause tells which (ErrLeaseLost,
+// lost, the run is cancelled, its timeout (the worker's default without
+// one) passes, or the worker's shutdown grace runs out; context.Cause tells which (ErrLeaseLost,
 // ErrRunCancelled, ErrAttemptTimeout, ErrShutdown). A handler that returns
 // an error fails the attempt: it is retried with exponential backoff and
 // jitter until the run has used its max_attempts, then the run fails
@@ -73,7 +74,7 @@ func (f HandlerFunc) Handle(ctx context.Context, t Task) (Result, error) { retur
 var (
 	ErrLeaseLost      = errors.New("worker: lease lost: the task was rescued or claimed by another worker")
 	ErrRunCancelled   = errors.New("worker: run cancelled")
-	ErrAttemptTimeout = errors.New("worker: attempt timed out (the run's timeout)")
+	ErrAttemptTimeout = errors.New("worker: attempt timed out (the run's timeout, or the worker's default)")
 	ErrShutdown       = errors.New("worker: shutting down: grace period over")
 )
 
