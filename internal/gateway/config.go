@@ -36,7 +36,7 @@ type Config struct {
 	ReadTimeout       time.Duration `envconfig:"GATEWAY_READ_TIMEOUT" default:"30s" desc:"time a client has to send a whole request, body included"`
 	WriteTimeout      time.Duration `envconfig:"GATEWAY_WRITE_TIMEOUT" default:"30s" desc:"time an answer may take from the end of its request (a ?wait= long poll gets its wait on top)"`
 	IdleTimeout       time.Duration `envconfig:"GATEWAY_IDLE_TIMEOUT" default:"60s" desc:"how long an idle keep-alive connection is kept open"`
-	WaitPoll          time.Duration `envconfig:"GATEWAY_WAIT_POLL" default:"500ms" desc:"how often a ?wait= request rereads the run besides listening for its NATS event"`
+	WaitPoll          time.Duration `envconfig:"GATEWAY_WAIT_POLL" default:"500ms" desc:"how often a ?wait= request rereads the run while the gateway has no NATS connection (no run event can wake it)"`
 	DirectoryRefresh  time.Duration `envconfig:"GATEWAY_DIRECTORY_REFRESH" default:"5s" desc:"how often the gateway rereads the tenants whose home changed on shard 0, besides the NATS change events: the longest a lost event keeps it on an old home"`
 	PoolSize          int32         `envconfig:"GATEWAY_POOL_SIZE" default:"8" desc:"Postgres connections per shard"`
 	ConnectTimeout    time.Duration `envconfig:"GATEWAY_CONNECT_TIMEOUT" default:"3s" desc:"how long to try reaching a shard before answering 503"`
@@ -46,6 +46,19 @@ type Config struct {
 	AdminSession      time.Duration `envconfig:"GATEWAY_ADMIN_SESSION" default:"30m" desc:"lifetime of a sign-in to the /admin page (sessions live in the memory of the gateway that made them)"`
 	TraceURL          string        `envconfig:"GATEWAY_TRACE_URL" desc:"link from a run's page in the console to its trace: an http(s) URL in which {trace_id} stands for the trace id, such as http://localhost:16686/trace/{trace_id} for Jaeger (empty: the id is shown without a link)"`
 	CookieSecure      string        `envconfig:"GATEWAY_COOKIE_SECURE" default:"auto" desc:"Secure flag of the /admin cookies: auto (over TLS, or when a proxy sends X-Forwarded-Proto: https) or always (a gateway behind a TLS proxy that does not say so)"`
+
+	// Console sign-ins: each token holds a few sessions and signs in at a
+	// bounded pace, so that no token crowds the others out of the
+	// session table (docs/console.md).
+	AdminSessionsPerToken int `envconfig:"GATEWAY_ADMIN_SESSIONS_PER_TOKEN" default:"5" desc:"console sessions one token holds at once on a gateway; signing in again past it ends that token's own oldest session"`
+	AdminSignInsPerMinute int `envconfig:"GATEWAY_ADMIN_SIGNINS_PER_MINUTE" default:"10" desc:"console sign-ins one token may make per minute on a gateway (as many at once); more are refused with 429 and Retry-After"`
+
+	// Long polls (?wait=): a waiter is woken by its run's NATS event and
+	// rereads the run only now and then besides, and each gateway holds a
+	// bounded number of them, per tenant and in all.
+	WaitFallback        time.Duration `envconfig:"GATEWAY_WAIT_FALLBACK" default:"5s" desc:"how often a ?wait= request rereads the run while NATS is connected, in case its run event was lost (each wait picks a little less at random, so waits started together do not reread together)"`
+	MaxWaiters          int           `envconfig:"GATEWAY_MAX_WAITERS" default:"10000" desc:"most ?wait= requests the gateway holds at once; more get 429 over_limit with Retry-After (or their run at once when it is already final)"`
+	MaxWaitersPerTenant int           `envconfig:"GATEWAY_MAX_WAITERS_PER_TENANT" default:"100" desc:"most ?wait= requests the gateway holds at once for one tenant; more get 429 over_limit with Retry-After (or their run at once when it is already final)"`
 }
 
 // Values of HARVEST_GATEWAY_COOKIE_SECURE.
@@ -85,12 +98,17 @@ func (c Config) Validate() error {
 	check(c.WriteTimeout > 0, "HARVEST_GATEWAY_WRITE_TIMEOUT: must be positive, got %s", c.WriteTimeout)
 	check(c.IdleTimeout > 0, "HARVEST_GATEWAY_IDLE_TIMEOUT: must be positive, got %s", c.IdleTimeout)
 	check(c.WaitPoll > 0, "HARVEST_GATEWAY_WAIT_POLL: must be positive, got %s", c.WaitPoll)
+	check(c.WaitFallback >= c.WaitPoll, "HARVEST_GATEWAY_WAIT_FALLBACK: must be at least HARVEST_GATEWAY_WAIT_POLL (%s), got %s", c.WaitPoll, c.WaitFallback)
+	check(c.MaxWaiters >= 1, "HARVEST_GATEWAY_MAX_WAITERS: must be at least 1, got %d", c.MaxWaiters)
+	check(c.MaxWaitersPerTenant >= 1 && c.MaxWaitersPerTenant <= c.MaxWaiters, "HARVEST_GATEWAY_MAX_WAITERS_PER_TENANT: must be from 1 to HARVEST_GATEWAY_MAX_WAITERS (%d), got %d", c.MaxWaiters, c.MaxWaitersPerTenant)
 	check(c.DirectoryRefresh >= 100*time.Millisecond && c.DirectoryRefresh <= 10*time.Minute, "HARVEST_GATEWAY_DIRECTORY_REFRESH: must be from 100ms to 10m, got %s", c.DirectoryRefresh)
 	check(c.PoolSize >= 1, "HARVEST_GATEWAY_POOL_SIZE: must be at least 1, got %d", c.PoolSize)
 	check(c.ConnectTimeout > 0, "HARVEST_GATEWAY_CONNECT_TIMEOUT: must be positive, got %s", c.ConnectTimeout)
 	check(c.GroupMax >= 1 && c.GroupMax <= 60, "HARVEST_GATEWAY_GROUP_MAX: must be from 1 to 60 (PostgreSQL caches 64 subtransactions), got %d", c.GroupMax)
 	check(c.GroupFlushers >= 1, "HARVEST_GATEWAY_GROUP_FLUSHERS: must be at least 1, got %d", c.GroupFlushers)
 	check(c.AdminSession >= time.Minute && c.AdminSession <= 24*time.Hour, "HARVEST_GATEWAY_ADMIN_SESSION: must be from 1m to 24h, got %s", c.AdminSession)
+	check(c.AdminSessionsPerToken >= 1 && c.AdminSessionsPerToken <= 100, "HARVEST_GATEWAY_ADMIN_SESSIONS_PER_TOKEN: must be from 1 to 100, got %d", c.AdminSessionsPerToken)
+	check(c.AdminSignInsPerMinute >= 1 && c.AdminSignInsPerMinute <= 600, "HARVEST_GATEWAY_ADMIN_SIGNINS_PER_MINUTE: must be from 1 to 600, got %d", c.AdminSignInsPerMinute)
 	check(c.CookieSecure == CookieSecureAuto || c.CookieSecure == CookieSecureAlways, "HARVEST_GATEWAY_COOKIE_SECURE: must be %s or %s, got %q", CookieSecureAuto, CookieSecureAlways, c.CookieSecure)
 	check(c.GroupLinger >= 0 && c.GroupLinger <= 50*time.Millisecond, "HARVEST_GATEWAY_GROUP_LINGER: must be from 0 to 50ms, got %s", c.GroupLinger)
 	if c.TraceURL != "" {
@@ -153,5 +171,12 @@ func DefaultConfig(shards []string, natsURL string) Config {
 		GroupFlushers:    2,
 		AdminSession:     30 * time.Minute,
 		CookieSecure:     CookieSecureAuto,
+
+		AdminSessionsPerToken: 5,
+		AdminSignInsPerMinute: 10,
+
+		WaitFallback:        5 * time.Second,
+		MaxWaiters:          10000,
+		MaxWaitersPerTenant: 100,
 	}
 }

@@ -87,6 +87,9 @@ type Gateway struct {
 	// the rest of the bookkeeping.
 	outcomeAttrs sync.Map // outcomeKey -> metric.MeasurementOption
 
+	// waits holds the long polls of GET /v1/runs/{id}?wait= (waiters.go).
+	waits *waitHub
+
 	natsMu   sync.Mutex
 	subs     []*nats.Subscription
 	inflight chan struct{}
@@ -126,6 +129,10 @@ func New(opts Options) (*Gateway, error) {
 		g.log.Warn("gateway: key binding is off (HARVEST_GATEWAY_KEY_BINDING=false): any tenant may name any fairness or quota key, take another tenant's weight and fill its quota")
 	}
 	if err := g.initMetrics(); err != nil {
+		return nil, err
+	}
+	var err error
+	if g.waits, err = newWaitHub(cfg, g.meter); err != nil {
 		return nil, err
 	}
 	now := opts.Now
@@ -187,16 +194,26 @@ func New(opts Options) (*Gateway, error) {
 			},
 		}))
 	}
+	if g.nc != nil {
+		// The run events of every tenant (<prefix>.runs.*.>) wake the
+		// long polls. Without them waits still end, by rereading.
+		if err := g.waits.listenNATS(g.nc, g.subjects.RunsOf("*")); err != nil {
+			g.log.Warn("gateway: long polls reread their run every HARVEST_GATEWAY_WAIT_POLL instead of waking on its event", "err", err)
+		}
+	}
 	return g, nil
 }
 
 // Shards returns the shard pools, in shard order (for tests and tools).
 func (g *Gateway) Shards() []*pgxpool.Pool { return g.shards }
 
-// Close stops the NATS service (draining requests in progress), then the
-// committers (committing starts already handed in), then the pools.
+// Close releases the long polls (each answers at once with its run as it
+// last read it), stops the NATS service (draining requests in progress),
+// then the committers (committing starts already handed in), then the
+// pools.
 func (g *Gateway) Close() {
 	g.closeOnce.Do(func() {
+		g.waits.close()
 		g.natsMu.Lock()
 		for _, s := range g.subs {
 			_ = s.Unsubscribe()

@@ -170,6 +170,9 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.MaxWait+5*time.Second)
 	defer cancel()
+	// Long polls answer now, with their run as last read, rather than
+	// holding the shutdown for up to their wait.
+	g.waits.close()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("gateway: HTTP shutdown", "err", err)
 	}

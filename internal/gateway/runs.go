@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/harvest-run/harvest/internal/deferred"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/pkg/api"
@@ -15,16 +13,30 @@ import (
 // getRun reads what an id of the tenant stands for (deferred.Get): a run,
 // or a deferred start, shown as the run it will fire (status deferred,
 // fires_at) or fired. With wait > 0 it waits until the run is final or the
-// wait ends, and answers as things then stand. It wakes on the run's NATS
-// event (under the id asked for and under the run's own id, when a
-// debounce or batch start's id was asked for) and rereads every WaitPoll
-// besides, so a lost event costs at most one poll.
+// wait ends, and answers as things then stand.
+//
+// A wait is a waiter of the gateway's waitHub: it counts against the
+// bounds of long polls (HARVEST_GATEWAY_MAX_WAITERS_PER_TENANT and
+// HARVEST_GATEWAY_MAX_WAITERS) and is woken by the run's NATS event (under
+// the id asked for and under the run's own id, when a debounce or batch
+// start's id was asked for), after which it reads the run again. It
+// rereads now and then besides (waitHub.rereadAfter), so a lost event
+// costs latency only, and once more when the wait ends. Each read goes
+// through readMoving, so a wait that spans a move of its tenant follows
+// the run to its new home; the event subject names no shard.
+//
+// A wait past a bound reads the run once instead: a final run (or an
+// error) is answered as the wait would have answered it at once; a run
+// not final yet gets 429 over_limit with retry_after_ms. It is not
+// answered 200 as it stands, since a client that waits in a loop (the Go
+// client's Wait) would ask again at once, hot, instead of backing off.
 //
 // The answer of a run that waits to be claimed (queued, or deferred)
 // carries Waiting, why it waits (runstore.Waiting), read from the shard
 // that answered. A long poll reads it only for its last answer, not for
-// each poll. A failure to read it is logged and leaves it out: the run
-// itself was read.
+// each read (and not at all when the gateway's close cuts the wait short).
+// A failure to read it is logged and leaves it out: the run itself was
+// read.
 func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Duration) (api.Run, *api.Error) {
 	readOnce := func(ctx context.Context, explain bool) (api.Run, *api.Error) {
 		run, shard, err := g.readMoving(ctx, tenant, func(ctx context.Context, shard int) (api.Run, error) {
@@ -43,49 +55,57 @@ func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Durat
 	if wait <= 0 {
 		return read(ctx)
 	}
-	// Listen before the first read, so an event sent between the read and
-	// the wait is not missed.
-	events := make(chan struct{}, 1)
-	var subs []*nats.Subscription
-	defer func() {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
-	}()
-	subscribe := func(runID string) {
-		if g.nc == nil {
-			return
-		}
-		sub, err := g.nc.Subscribe(g.subjects.Runs(tenant, runID), func(*nats.Msg) {
-			select {
-			case events <- struct{}{}:
-			default:
-			}
-		})
-		if err == nil {
-			subs = append(subs, sub)
-		}
-	}
-	subscribe(id)
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	poll := time.NewTicker(g.cfg.WaitPoll)
-	defer poll.Stop()
-	for {
+	h := g.waits
+	w, refused, bound := h.enter(ctx, tenant)
+	if refused != nil {
 		run, e := readOnce(ctx, false)
 		if e != nil || run.Status.Final() {
 			return run, e
 		}
-		if run.RunID != "" && run.RunID != id && len(subs) < 2 {
-			// A debounce or batch start: its run's events go out under
-			// the run's id. One missed before this point costs one poll.
-			subscribe(run.RunID)
+		h.refuse(ctx, tenant, bound)
+		return api.Run{}, refused
+	}
+	if w == nil {
+		// The gateway is closing: no more waits.
+		return read(ctx)
+	}
+	defer h.leave(w)
+	// Listen before the first read, so an event sent between the read and
+	// the sleep is not missed.
+	h.listen(w, g.subjects.Runs(tenant, id))
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	reread := time.NewTimer(time.Hour)
+	defer reread.Stop()
+	end := waitEndFirstRead
+	for {
+		run, e := readOnce(ctx, false)
+		if e != nil || run.Status.Final() {
+			h.steps.Signal(waitStep{ID: id, Step: end})
+			return run, e
 		}
+		if run.RunID != "" && run.RunID != id && h.listen(w, g.subjects.Runs(tenant, run.RunID)) {
+			// A debounce or batch start: its run's events go out under
+			// the run's id, heard from now on. Read once more, for the
+			// run may have ended before.
+			continue
+		}
+		reread.Reset(h.rereadAfter())
+		h.steps.Signal(waitStep{ID: id, Step: waitAsleep})
 		select {
-		case <-events:
-		case <-poll.C:
+		case <-w.wake:
+			end = waitEndEvent
+		case <-reread.C:
+			end = waitEndReread
 		case <-deadline.C:
+			h.steps.Signal(waitStep{ID: id, Step: waitEndDeadline})
 			return read(ctx)
+		case <-h.released:
+			// The gateway closes: answer what is known now, without
+			// another read (the pools close next); the client asks
+			// again, of another gateway.
+			h.steps.Signal(waitStep{ID: id, Step: waitEndClosed})
+			return run, nil
 		case <-ctx.Done():
 			return run, nil
 		}

@@ -102,6 +102,8 @@ type setupOpts struct {
 	// Shards and NATSURL reuse another bundle's servers (two gateways).
 	Shards  []string
 	NATSURL string
+	// Tune, when set, changes the configuration last, before New.
+	Tune func(*Config)
 }
 
 type bundle struct {
@@ -145,6 +147,9 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	cfg := DefaultConfig(b.urls, b.natsURL)
 	cfg.KeyBinding = o.KeyBinding
 	cfg.WaitPoll = 20 * time.Millisecond
+	// Most tests finish runs straight in the database, with no run event:
+	// their waits end by rereading.
+	cfg.WaitFallback = 20 * time.Millisecond
 	cfg.ConnectTimeout = time.Second
 	// Small pools: the package runs dozens of gateways at once beside
 	// other packages' tests on one server, whose connections are few.
@@ -161,6 +166,9 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	}
 	if o.Refresh > 0 {
 		cfg.Refresh = o.Refresh
+	}
+	if o.Tune != nil {
+		o.Tune(&cfg)
 	}
 	require.NoError(t, cfg.Validate())
 	set := o.Tokens
