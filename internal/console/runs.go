@@ -186,7 +186,9 @@ func newer(a, b listed) int {
 // is copying away (move_out) are left out on the old home, so a run shows
 // once. A shard that does not answer is named in UnavailableShards and
 // keeps its place: the next page reads it again from there, so none of
-// its runs is lost.
+// its runs is lost. Listed runs carry no output or error (Inspect reads
+// them): those are the fields a workflow can make large, and a page of
+// the console shows neither.
 func ListRuns(ctx context.Context, shards []*pgxpool.Pool, f RunFilter) (RunPage, error) {
 	limit := f.Limit
 	if limit == 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"math"
@@ -50,7 +51,8 @@ var templateFiles embed.FS
 const (
 	sessionCookie = "harvest_admin"
 	loginCookie   = "harvest_admin_login"
-	// maxFormBytes bounds the forms of the page.
+	// maxFormBytes bounds the body of every console request: the forms
+	// hold a CSRF value, a token and a few short fields.
 	maxFormBytes = 16 << 10
 	// Bounds of what the page lists.
 	pageQueues = 50
@@ -248,22 +250,43 @@ func (g *Gateway) pageAdmin(w http.ResponseWriter, r *http.Request) {
 	g.dashboard(w, r, http.StatusOK, sess, p, r.URL.Query().Get("saved") == "1", "", nil)
 }
 
-// parseForm reads a small urlencoded form.
-func parseForm(w http.ResponseWriter, r *http.Request) bool {
-	r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+// parseForm reads a small urlencoded form. The body is already capped at
+// maxFormBytes for every console route (limitBodies), so this reads no
+// more than that whatever the client sends; past it the answer is 413.
+func (g *Gateway) parseForm(w http.ResponseWriter, r *http.Request) bool {
 	if err := r.ParseForm(); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			g.formTooLarge(w)
+			return false
+		}
 		http.Error(w, "bad form", http.StatusBadRequest)
 		return false
 	}
 	return true
 }
 
+// formTooLarge is the console's answer to a body larger than its forms
+// take.
+func (g *Gateway) formTooLarge(w http.ResponseWriter) {
+	g.render(w, http.StatusRequestEntityTooLarge, "refused", pageData{Title: "Request too large",
+		Error: fmt.Sprintf("The request is larger than the console's forms take (%d bytes).", maxFormBytes)})
+}
+
+// pageLogin signs a browser in. The sign-in form's signed value is checked
+// in its cookie before the body is read, so a caller that did not load the
+// form from this gateway gets its 403 without sending the gateway a byte
+// of its body.
 func (g *Gateway) pageLogin(w http.ResponseWriter, r *http.Request) {
-	if !parseForm(w, r) {
+	c, err := r.Cookie(loginCookie)
+	if err != nil || !g.sessions.checkLogin(c.Value) {
+		g.signIn(w, r, http.StatusForbidden, "The sign-in form expired or did not come from this page; try again.")
 		return
 	}
-	c, err := r.Cookie(loginCookie)
-	if err != nil || !sameToken(r.PostForm.Get("csrf"), c.Value) || !g.sessions.checkLogin(c.Value) {
+	if !g.parseForm(w, r) {
+		return
+	}
+	if !sameToken(r.PostForm.Get("csrf"), c.Value) {
 		g.signIn(w, r, http.StatusForbidden, "The sign-in form expired or did not come from this page; try again.")
 		return
 	}
@@ -273,13 +296,25 @@ func (g *Gateway) pageLogin(w http.ResponseWriter, r *http.Request) {
 		g.signIn(w, r, http.StatusUnauthorized, "Unknown token.")
 		return
 	}
-	g.setCookie(w, r, loginCookie, "", -1)
 	rl := consoleRole(p)
 	if rl == roleNone {
+		g.setCookie(w, r, loginCookie, "", -1)
 		g.refused(w, fmt.Sprintf("Token %q lacks the config:read privilege, and is not a tenant's token with runs:read: the console is for operators and tenants only.", p.Name))
 		return
 	}
-	sess := g.sessions.create(secret)
+	sess, retry, err := g.sessions.create(secret, sessionOwner{operator: rl == roleOperator, principal: p.Name},
+		sessionLimits{perPrincipal: g.cfg.AdminSessionsPerToken, signInsPerMinute: g.cfg.AdminSignInsPerMinute})
+	if err != nil {
+		secs := max(int64((retry+time.Second-1)/time.Second), 1)
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		if errors.Is(err, errSignInPace) {
+			g.signIn(w, r, http.StatusTooManyRequests, fmt.Sprintf("Token %q signed in too often lately; try again in %d seconds.", p.Name, secs))
+			return
+		}
+		g.signIn(w, r, http.StatusServiceUnavailable, fmt.Sprintf("This gateway holds as many console sessions as it can; try again in %d seconds.", secs))
+		return
+	}
+	g.setCookie(w, r, loginCookie, "", -1)
 	g.setCookie(w, r, sessionCookie, sess.id, int(g.cfg.AdminSession/time.Second))
 	if rl == roleTenant {
 		http.Redirect(w, r, "/admin/runs", http.StatusSeeOther)
@@ -289,14 +324,17 @@ func (g *Gateway) pageLogin(w http.ResponseWriter, r *http.Request) {
 }
 
 // postSession checks the session and the CSRF token of a signed-in form.
+// The session, which is in the cookie, is checked before the form is read:
+// a caller without one gets its 401 page without the gateway reading its
+// body.
 func (g *Gateway) postSession(w http.ResponseWriter, r *http.Request) (*session, auth.Principal, bool) {
-	if !parseForm(w, r) {
-		return nil, auth.Principal{}, false
-	}
 	sess, p, ok := g.current(r)
 	if !ok {
 		g.setCookie(w, r, sessionCookie, "", -1)
 		g.signIn(w, r, http.StatusUnauthorized, "Your session has ended; sign in again.")
+		return nil, auth.Principal{}, false
+	}
+	if !g.parseForm(w, r) {
 		return nil, auth.Principal{}, false
 	}
 	if !sameToken(r.PostForm.Get("csrf"), sess.csrf) {

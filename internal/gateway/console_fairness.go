@@ -73,27 +73,32 @@ func (g *Gateway) fairness(ctx context.Context, p auth.Principal, queue string) 
 }
 
 func (g *Gateway) pageQueueFairness(w http.ResponseWriter, r *http.Request) {
-	g.fairnessAction(w, r, weights.ActionQueueFairness)
+	g.fairnessAction(w, r, false)
 }
 
 func (g *Gateway) pageQueueGroupWeight(w http.ResponseWriter, r *http.Request) {
-	action := weights.ActionGroupWeightSet
-	if r.PostFormValue("op") == "clear" {
-		action = weights.ActionGroupWeightClear
-	}
-	g.fairnessAction(w, r, action)
+	g.fairnessAction(w, r, true)
 }
 
-// fairnessAction changes a queue's modes or a group's weight on every
-// shard from the queue's page. The change writes its own audit row on
+// fairnessAction changes a queue's modes, or with group a group's weight
+// (set, or cleared with op=clear), on every shard from the queue's page.
+// The form is read only once the session is checked, and used only once
+// its CSRF token is (consolePOST). The change writes its own audit row on
 // each shard; a refusal is audited here.
-func (g *Gateway) fairnessAction(w http.ResponseWriter, r *http.Request, action string) {
+func (g *Gateway) fairnessAction(w http.ResponseWriter, r *http.Request, group bool) {
 	sess, p, rl, ok := g.consolePOST(w, r)
 	if !ok {
 		return
 	}
 	queue := r.PathValue("queue")
 	form := r.PostForm
+	action := weights.ActionQueueFairness
+	if group {
+		action = weights.ActionGroupWeightSet
+		if form.Get("op") == "clear" {
+			action = weights.ActionGroupWeightClear
+		}
+	}
 	attempted := map[string]string{}
 	for _, f := range []string{"two_level", "charge", "group", "weight"} {
 		if v := form.Get(f); v != "" {

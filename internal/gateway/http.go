@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -55,7 +56,10 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.NewError(api.CodeNotFound, "no route for %s %s", r.Method, r.URL.Path))
 	})
-	return mux
+	// Every route's body is capped before any handler sees it, and a
+	// connection whose body was left unread is closed after the answer
+	// rather than drained.
+	return closeOnUnreadBody(g.limitBodies(mux))
 }
 
 // Server returns the HTTP server of the gateway's Handler with the
@@ -69,7 +73,7 @@ func (g *Gateway) Handler() http.Handler {
 // spans and http.server.request.duration) through TracedHandler.
 func (g *Gateway) Server() *http.Server {
 	return &http.Server{
-		Handler:           TracedHandler(closeOnUnreadBody(g.Handler())),
+		Handler:           TracedHandler(g.Handler()),
 		ReadHeaderTimeout: g.cfg.ReadHeaderTimeout,
 		ReadTimeout:       g.cfg.ReadTimeout,
 		WriteTimeout:      g.cfg.WriteTimeout,
@@ -119,11 +123,53 @@ func routeOf(pattern string) string {
 	return ""
 }
 
-// closeOnUnreadBody answers a refusal given before the request's body was
-// read (401, 403, 413, ...) with Connection: close. Otherwise the standard
-// library, to keep the connection alive, first reads the rest of the body
-// (up to 256 KB) before it sends the answer, and a client that trickles its
-// body never gets its 401.
+// limitBodies caps the body of every request at its route's limit before
+// any handler runs, so that no handler, whatever it calls (ParseForm,
+// FormValue, io.ReadAll, a JSON decoder), reads more than that:
+//
+//   - /v1 routes: HARVEST_GATEWAY_MAX_BODY_BYTES. Their handlers check the
+//     token before they read, and answer 413 with the API's error body
+//     (readBody) for a declared length past the cap without reading, or
+//     once the cap is reached.
+//   - every other route (the console's pages and forms, sign-in included,
+//     and the probes): maxFormBytes. A declared length past it gets the
+//     console's 413 page at once, and a multipart body 415: the console's
+//     forms are urlencoded, and a multipart parser would spill to disk.
+//
+// Reading past the cap fails with *http.MaxBytesError; nothing beyond it
+// is read from the connection.
+func (g *Gateway) limitBodies(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			h.ServeHTTP(w, r)
+			return
+		}
+		limit := g.cfg.MaxBodyBytes
+		if !strings.HasPrefix(r.URL.Path, "/v1/") {
+			limit = maxFormBytes
+			if r.ContentLength > limit {
+				g.formTooLarge(w)
+				return
+			}
+			if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); strings.HasPrefix(strings.ToLower(mt), "multipart/") {
+				g.render(w, http.StatusUnsupportedMediaType, "refused", pageData{Title: "Unsupported form",
+					Error: "The console takes urlencoded forms only, not " + mt + "."})
+				return
+			}
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// closeOnUnreadBody answers a request whose body was not read to its end
+// (a refusal given before the body was read: 401, 403, 413...; or a route
+// that had no use for it) with Connection: close, and ends the
+// connection's reads there. Otherwise the standard library, to keep the
+// connection alive, reads up to 256 KB more of the body: before it sends
+// the answer (so a client that trickles its body would never get its 401),
+// and, for a chunked body, again after the handler even when the
+// connection closes next. The gateway would read what it refused.
 func closeOnUnreadBody(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
@@ -150,18 +196,35 @@ func (e *eofReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// refusalWriter sets Connection: close on an error status written while
-// the body is unread.
+// refusalWriter sets Connection: close on an answer written while the
+// body is unread.
 type refusalWriter struct {
 	http.ResponseWriter
-	body *eofReader
+	body  *eofReader
+	wrote bool
 }
 
 func (w *refusalWriter) WriteHeader(status int) {
-	if status >= 400 && !w.body.eof {
-		w.Header().Set("Connection", "close")
+	if !w.wrote && status >= 200 {
+		w.wrote = true
+		if !w.body.eof {
+			w.Header().Set("Connection", "close")
+			// A read deadline already past makes the server's own drain
+			// of the body fail at once: what is left stays unread, and
+			// the connection closes after the answer.
+			_ = http.NewResponseController(w.ResponseWriter).SetReadDeadline(time.Unix(1, 0))
+		}
 	}
 	w.ResponseWriter.WriteHeader(status)
+}
+
+// Write sends the header through WriteHeader first, as the standard
+// library would, so that an answer without an explicit status is covered.
+func (w *refusalWriter) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 // Unwrap lets http.ResponseController reach the connection's deadlines.

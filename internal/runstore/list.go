@@ -20,6 +20,11 @@ import (
 const (
 	DefaultListLimit = 50
 	MaxListLimit     = 1000
+	// MaxListBytes bounds a page's runs as the API encodes them: a page
+	// ends early, with a cursor, rather than pass it (unless its one run
+	// alone does). A run's error is the one listed field without a bound
+	// of its own.
+	MaxListBytes = 1 << 20
 )
 
 // ListParams selects a page of a tenant's runs. Zero fields do not filter.
@@ -34,6 +39,11 @@ type ListParams struct {
 	// Limit is the page size; zero means DefaultListLimit. It must not
 	// exceed MaxListLimit.
 	Limit int
+	// MaxBytes ends the page early rather than let its runs, encoded as
+	// the API lists them (api.ListItem), pass this many bytes; zero means
+	// MaxListBytes. A page holds at least one run however large, so that
+	// paging always moves on.
+	MaxBytes int
 }
 
 // ListResult is one page, newest run first.
@@ -69,7 +79,9 @@ func DecodeCursor(c string) (int64, error) {
 
 // List returns one page of the tenant's runs, newest first. Paging is
 // stable while runs are added: a cursor continues below the last run seen,
-// so new runs never shift later pages.
+// so new runs never shift later pages. The runs carry no output (a listing
+// leaves it out; Get reads it), and a page is bounded in bytes as well as
+// in runs (ListParams.MaxBytes).
 func List(ctx context.Context, db claim.DB, p ListParams) (ListResult, error) {
 	limit := p.Limit
 	if limit == 0 {
@@ -77,6 +89,10 @@ func List(ctx context.Context, db claim.DB, p ListParams) (ListResult, error) {
 	}
 	if limit < 0 || limit > MaxListLimit {
 		return ListResult{}, fmt.Errorf("runstore: list limit %d out of 1..%d", limit, MaxListLimit)
+	}
+	budget := p.MaxBytes
+	if budget <= 0 {
+		budget = MaxListBytes
 	}
 	var before, statuses, queue, name any
 	if p.Cursor != "" {
@@ -107,20 +123,33 @@ func List(ctx context.Context, db claim.DB, p ListParams) (ListResult, error) {
 	defer rows.Close()
 	var out ListResult
 	var pks []int64
+	size, more := 0, false
 	for rows.Next() {
 		run, pk, err := scanRun(rows, p.Shard, nil)
 		if err != nil {
 			return ListResult{}, err
 		}
+		item, err := json.Marshal(api.ListItem(run))
+		if err != nil {
+			return ListResult{}, fmt.Errorf("runstore: list runs: %w", err)
+		}
+		// A run that would take the page past its budget starts the next
+		// page instead; the first run of a page is taken however large,
+		// so that paging always moves on.
+		if len(out.Runs) == limit || (len(out.Runs) > 0 && size+len(item)+1 > budget) {
+			more = true
+			break
+		}
+		size += len(item) + 1
 		out.Runs = append(out.Runs, run)
 		pks = append(pks, pk)
 	}
+	rows.Close()
 	if err := rows.Err(); err != nil {
 		return ListResult{}, fmt.Errorf("runstore: list runs: %w", err)
 	}
-	if len(out.Runs) > limit {
-		out.Runs = out.Runs[:limit]
-		out.NextCursor = EncodeCursor(pks[limit-1])
+	if more {
+		out.NextCursor = EncodeCursor(pks[len(pks)-1])
 	}
 	if out.Runs == nil {
 		out.Runs = []api.Run{}

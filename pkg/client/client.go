@@ -338,7 +338,10 @@ type ListOptions struct {
 }
 
 // List returns a page of the tenant's runs, newest first. Pass the page's
-// NextCursor as Cursor for the next one.
+// NextCursor as Cursor for the next one, until it is empty: a page is
+// bounded in bytes as well as by Limit, so it may hold fewer runs than
+// Limit and still not be the last. Listed runs carry no Output; Get reads
+// a run's output.
 func (c *Client) List(ctx context.Context, o ListOptions) (api.RunList, error) {
 	q := url.Values{}
 	if len(o.Statuses) > 0 {

@@ -10,6 +10,11 @@
 -- sorting every run the filters keep. The caller merges the shards by
 -- creation time.
 --
+-- A page of the console shows neither output nor error, and either can be
+-- large (an output is as large as a workflow makes it): both stay NULL
+-- here, so that a page reads a few hundred bytes per run, and the run's
+-- own page (RunInspect) reads them.
+--
 -- The two branches are there for the plan a prepared statement may keep
 -- for every call (a generic plan, made before the parameters are known):
 -- "tenant = $1 OR $1 IS NULL" can use no index on tenant, so each case has
@@ -21,7 +26,8 @@
 -- either plan. There is no ORDER BY over the union, which would only sort
 -- the one branch's rows again: the caller orders them by pk.
 (SELECT r.pk, r.id, r.tenant, r.name, r.queue, r.fairness_key, r.quota_key, r.priority,
-        r.status, r.attempts, r.created_at, r.claimed_at, r.finished_at, r.output, r.error
+        r.status, r.attempts, r.created_at, r.claimed_at, r.finished_at,
+        NULL::jsonb AS output, NULL::text AS error
  FROM runs r
  WHERE $1::text IS NULL
    AND r.pk < coalesce($5::bigint, 9223372036854775807)
@@ -33,7 +39,8 @@
  LIMIT $6)
 UNION ALL
 (SELECT r.pk, r.id, r.tenant, r.name, r.queue, r.fairness_key, r.quota_key, r.priority,
-        r.status, r.attempts, r.created_at, r.claimed_at, r.finished_at, r.output, r.error
+        r.status, r.attempts, r.created_at, r.claimed_at, r.finished_at,
+        NULL::jsonb AS output, NULL::text AS error
  FROM runs r
  WHERE $1::text IS NOT NULL
    AND r.tenant = $1::text
