@@ -78,6 +78,7 @@ func (g *Gateway) pageRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /admin/{$}", g.pageAdmin)
 	mux.HandleFunc("POST /admin/login", g.pageLogin)
 	mux.HandleFunc("POST /admin/admission", g.pageSave)
+	mux.HandleFunc("POST /admin/priority", g.pagePriority)
 	mux.HandleFunc("POST /admin/logout", g.pageLogout)
 	mux.HandleFunc("GET /admin/runs", g.pageRuns)
 	mux.HandleFunc("GET /admin/runs/{tenant}/{id}", g.pageRun)
@@ -120,6 +121,9 @@ type pageData struct {
 	View             tenantcap.AdmissionView
 	Algorithms       []algoChoice
 	TFMInput         string
+	ShareInput       string
+	Ceilings         []api.PriorityCeiling
+	CeilingDefault   int
 	Tenants          []tenantRow
 	Queues           []queueRow
 	QueuesTruncated  bool
@@ -373,14 +377,21 @@ func (g *Gateway) pageSave(w http.ResponseWriter, r *http.Request) {
 	}
 	algo := r.PostForm.Get("algorithm")
 	tfmText := strings.TrimSpace(r.PostForm.Get("tfm"))
+	shareText := strings.TrimSpace(r.PostForm.Get("scheduled_share"))
 	put := map[string]any{"algorithm": algo}
-	if v, err := strconv.ParseFloat(tfmText, 64); err == nil && !isNaNOrInf(v) {
-		put["tfm"] = v
-	} else {
-		put["tfm"] = tfmText // refused (and audited) as not a number
+	number := func(field, text string) {
+		if v, err := strconv.ParseFloat(text, 64); err == nil && !isNaNOrInf(v) {
+			put[field] = v
+		} else {
+			put[field] = text // refused (and audited) as not a number
+		}
+	}
+	number("tfm", tfmText)
+	if shareText != "" {
+		number("scheduled_share", shareText)
 	}
 	body, _ := json.Marshal(put)
-	form := map[string]string{"algorithm": algo, "tfm": tfmText}
+	form := map[string]string{"algorithm": algo, "tfm": tfmText, "scheduled_share": shareText}
 	if !p.Has(auth.ConfigWrite) {
 		e := api.NewError(api.CodePermissionDenied, "token %q lacks the %s privilege", p.Name, auth.ConfigWrite)
 		if err := tenantcap.RecordRefusal(r.Context(), g.shards[0], p.Name, body, e); err != nil {
@@ -435,8 +446,10 @@ func (g *Gateway) dashboard(w http.ResponseWriter, r *http.Request, status int, 
 	d.View = view
 	selected, tfm := string(view.Algorithm), view.TFM
 	d.TFMInput = strconv.FormatFloat(view.TFM, 'g', -1, 64)
+	d.ShareInput = strconv.FormatFloat(view.ScheduledShare, 'g', -1, 64)
+	d.Ceilings, d.CeilingDefault = view.PriorityCeilings, api.DefaultMaxPriority
 	if form != nil {
-		selected, d.TFMInput = form["algorithm"], form["tfm"]
+		selected, d.TFMInput, d.ShareInput = form["algorithm"], form["tfm"], form["scheduled_share"]
 		if v, err := strconv.ParseFloat(form["tfm"], 64); err == nil && v > 0 {
 			tfm = v
 		}
@@ -508,4 +521,59 @@ func (g *Gateway) overrideQueues(ctx context.Context) ([]queueRow, bool) {
 	}
 	wg.Wait()
 	return out, truncated
+}
+
+// pagePriority sets (op=set) or clears (op=clear) a tenant's priority
+// ceiling from the administration page, through the same store as PUT
+// /v1/tenants/{tenant}/priority: the change writes its audit row, a
+// refusal is audited here.
+func (g *Gateway) pagePriority(w http.ResponseWriter, r *http.Request) {
+	sess, p, ok := g.postSession(w, r)
+	if !ok {
+		return
+	}
+	switch rl := consoleRole(p); rl {
+	case roleTenant:
+		g.forbidden(w, sess, p, rl, fmt.Sprintf("Token %q lacks the config:read privilege.", p.Name))
+		return
+	case roleNone:
+		g.sessions.remove(sess.id)
+		g.refused(w, fmt.Sprintf("Token %q lacks the config:read privilege.", p.Name))
+		return
+	}
+	tenant := strings.TrimSpace(r.PostForm.Get("tenant"))
+	maxText := strings.TrimSpace(r.PostForm.Get("max_priority"))
+	clear := r.PostForm.Get("op") == "clear"
+	attempted, _ := json.Marshal(map[string]any{"tenant": tenant, "max_priority": maxText, "clear": clear})
+	refuse := func(e *api.Error) {
+		if err := tenantcap.RecordCeilingRefusal(r.Context(), g.shards[0], p.Name, attempted, e); err != nil {
+			g.log.Warn("admission: cannot audit a refused change", "actor", p.Name, "err", err)
+		}
+		msg := e.Message
+		if e.Field != "" && !strings.HasPrefix(msg, e.Field) {
+			msg = e.Field + ": " + msg
+		}
+		g.dashboard(w, r, e.Status, sess, p, false, "Priority ceiling not changed: "+msg, nil)
+	}
+	if !p.Has(auth.ConfigWrite) {
+		refuse(api.NewError(api.CodePermissionDenied, "token %q lacks the %s privilege", p.Name, auth.ConfigWrite))
+		return
+	}
+	var (
+		c   api.PriorityCeiling
+		err error
+	)
+	if clear {
+		c, err = tenantcap.ClearCeiling(r.Context(), g.shards[0], p.Name, tenant)
+	} else if n, perr := strconv.Atoi(maxText); perr != nil {
+		err = api.Invalid("max_priority", "max_priority must be an integer from %d to %d, not %q", api.MinPriority, api.MaxPriority, maxText)
+	} else {
+		c, err = tenantcap.SetCeiling(r.Context(), g.shards[0], p.Name, tenant, n)
+	}
+	if err != nil {
+		refuse(g.apiError(err, 0, "priority ceiling"))
+		return
+	}
+	g.ceilingChanged(r.Context(), c)
+	http.Redirect(w, r, "/admin?saved=1", http.StatusSeeOther)
 }
