@@ -9,8 +9,8 @@ import (
 	"reflect"
 	"sort"
 	"strconv"
-	"time"
 
+	"github.com/harvest-run/harvest/internal/auditdoc"
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/fairkeys"
@@ -35,6 +35,7 @@ import (
 //	GET    /v1/admission                           config:read
 //	PUT    /v1/admission                           config:write
 //	GET    /v1/usage                               runs:read (a tenant's token)
+//	the tenants' priority ceilings                 (tenantRoutes)
 //
 // Path values arrive URL-decoded, so a queue named "orders.eu" or "my queue"
 // is sent as /v1/queues/orders.eu/... or /v1/queues/my%20queue/....
@@ -54,6 +55,7 @@ func (g *Gateway) adminRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /v1/admission", g.httpPutAdmission)
 	mux.HandleFunc("GET /v1/usage", g.authed(auth.RunsRead, g.httpUsage))
 	g.fairnessRoutes(mux)
+	g.tenantRoutes(mux)
 }
 
 // principal authenticates the bearer token: 401 (with WWW-Authenticate)
@@ -108,11 +110,14 @@ func (g *Gateway) weightOpts() []weights.Option {
 }
 
 // audited records the refusals of a write route in the audit log (on
-// shard 0): a 403, whether for want of the privilege or for another
-// tenant's key, folded per actor and minute (weights.AuditRefused), every
-// other refusal (400, ...) in a row of its own. An unknown token
-// (401) names no actor and is not recorded; failures of the shards
-// (5xx) are not refusals.
+// shard 0), through the one folding writer (weights.AuditRefused): the
+// refusals of one token at one action with one status within a minute
+// share a row and its count, whatever the caller varies (queue, key,
+// query parameter, body), and every text the row keeps is capped. That
+// covers a 403, whether for want of the privilege or for another tenant's
+// key, a 400 (a bad value, an unknown query parameter), a 413 and a 429.
+// An unknown token (401) names no actor and is not recorded; failures of
+// the shards (5xx) are not refusals.
 func (g *Gateway) audited(action, keyParam string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var body bytes.Buffer
@@ -126,8 +131,8 @@ func (g *Gateway) audited(action, keyParam string, h http.HandlerFunc) http.Hand
 		h(rec, r)
 		// 409 is a refusal at the override cap, which the shards' own
 		// write functions audit; 401 names no actor; 404 (a retry of an
-		// unknown run) changes nothing anyone could ask for and would let
-		// a caller write rows at will; 5xx is no refusal.
+		// unknown run) changes nothing anyone could ask for; 5xx is no
+		// refusal.
 		e := rec.err
 		if e == nil || e.Status == http.StatusUnauthorized || e.Status == http.StatusConflict ||
 			e.Status == http.StatusNotFound || e.Status >= 500 {
@@ -140,23 +145,26 @@ func (g *Gateway) audited(action, keyParam string, h http.HandlerFunc) http.Hand
 		}
 		msg := e.Message
 		if e.Field != "" {
-			msg = e.Field + ": " + msg
+			msg = auditdoc.Text(e.Field, echoBytes) + ": " + msg
 		}
 		g.auditRefused(r, weights.RefusedChange{Actor: p.Name, Action: action, Queue: r.PathValue("queue"),
-			Key: r.PathValue(keyParam), Attempted: body.Bytes(), Message: msg}, e.Status == http.StatusForbidden)
+			Key: r.PathValue(keyParam), Attempted: body.Bytes(), Message: msg, Status: e.Status})
 	}
 }
 
-// auditBodyBytes bounds what audited keeps of a request body.
-const auditBodyBytes = 4096
+// echoBytes bounds a name the caller chose (a query parameter, a field)
+// where an error message or an audit row repeats it.
+const echoBytes = 128
 
-// auditRefused writes a refusal's audit row on shard 0, folded or not.
-func (g *Gateway) auditRefused(r *http.Request, ref weights.RefusedChange, fold bool) {
-	window := time.Duration(0)
-	if fold {
-		window = weights.DefaultRefusalFold
-	}
-	if err := weights.AuditRefused(r.Context(), g.shards[0], ref, window); err != nil {
+// auditBodyBytes bounds what audited keeps of a request body: one byte
+// more than a row stores, so that auditdoc.Value sees a longer body was
+// cut and marks it.
+const auditBodyBytes = auditdoc.MaxBytes + 1
+
+// auditRefused writes a refusal's audit row on shard 0, folded
+// (weights.AuditRefused).
+func (g *Gateway) auditRefused(r *http.Request, ref weights.RefusedChange) {
+	if err := weights.AuditRefused(r.Context(), g.shards[0], ref, weights.DefaultRefusalFold); err != nil {
 		g.log.Warn("gateway: cannot audit a refused change", "actor", ref.Actor, "action", ref.Action, "err", err)
 	}
 }
@@ -230,7 +238,7 @@ func knownQuery(w http.ResponseWriter, r *http.Request, names ...string) bool {
 			if len(names) > 0 {
 				msg = "unknown query parameter %q (known: " + joinStrings(names) + ")"
 			}
-			writeError(w, api.Invalid(k, msg, k))
+			writeError(w, api.Invalid(k, msg, auditdoc.Text(k, echoBytes)))
 			return false
 		}
 	}
@@ -410,6 +418,15 @@ func (g *Gateway) httpKeys(w http.ResponseWriter, r *http.Request, p auth.Princi
 		writeError(w, g.asAPIError(err, "keys"))
 		return
 	}
+	if p.Tenant != "" {
+		// A tenant learns that the queue is paused and since when, not
+		// which operator's token paused it.
+		for i := range res.Shards {
+			if ps := res.Shards[i].Paused; ps != nil {
+				ps.By = ""
+			}
+		}
+	}
 	writeJSON(w, res.Status(), res)
 }
 
@@ -472,7 +489,8 @@ func (g *Gateway) httpPutAdmission(w http.ResponseWriter, r *http.Request) {
 	if !p.Has(auth.ConfigWrite) {
 		// Without the privilege: one row per actor and minute, counted.
 		e := api.NewError(api.CodePermissionDenied, "token %q lacks the %s privilege", p.Name, auth.ConfigWrite)
-		g.auditRefused(r, weights.RefusedChange{Actor: p.Name, Action: tenantcap.AuditAction, Attempted: body, Message: e.Message}, true)
+		g.auditRefused(r, weights.RefusedChange{Actor: p.Name, Action: tenantcap.AuditAction, Attempted: body, Message: e.Message,
+			Status: e.Status})
 		writeError(w, e)
 		return
 	}
@@ -502,7 +520,7 @@ func (g *Gateway) httpUsage(w http.ResponseWriter, r *http.Request, p auth.Princ
 		writeError(w, ae)
 		return
 	}
-	u, err := g.adm.adm.Usage(r.Context(), g.shards[e.Shard], e.Shard, p.Tenant)
+	u, err := g.adm.adm.Usage(r.Context(), g.shards[e.Shard], e.Shard, p.Tenant, g.adm.watcher.Ceilings())
 	if err != nil {
 		writeError(w, g.apiError(err, e.Shard, "usage"))
 		return

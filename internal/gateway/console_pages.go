@@ -235,7 +235,8 @@ func (g *Gateway) forbidden(w http.ResponseWriter, sess *session, p auth.Princip
 // answers with the 403 page.
 func (g *Gateway) refuseAction(w http.ResponseWriter, r *http.Request, sess *session, p auth.Principal, rl role, action, queue string, attempted any, msg string) {
 	body, _ := json.Marshal(attempted)
-	g.auditRefused(r, weights.RefusedChange{Actor: p.Name, Action: action, Queue: queue, Attempted: body, Message: msg}, true)
+	g.auditRefused(r, weights.RefusedChange{Actor: p.Name, Action: action, Queue: queue, Attempted: body, Message: msg,
+		Status: http.StatusForbidden})
 	g.forbidden(w, sess, p, rl, msg+".")
 }
 
@@ -399,6 +400,13 @@ func (g *Gateway) runPage(w http.ResponseWriter, r *http.Request, status int, d 
 		return
 	}
 	run := detail.Run
+	if rl == roleOperator && run.Waiting != nil && run.Waiting.Reason == api.WaitQueuePaused {
+		// The waiting object names no operator (a tenant reads it too);
+		// an operator sees whose pause holds the run.
+		if ps, err := weights.PausedOne(ctx, g.shards[shard], run.Queue); err == nil && ps != nil {
+			run.Waiting.PausedBy = ps.By
+		}
+	}
 	v.Found, v.Run, v.MaxAttempts, v.Moving = true, run, detail.MaxAttempts, detail.Moving
 	v.Created, v.Claimed, v.Finished = utc(run.CreatedAt.Time), utcPtr(run.ClaimedAt), utcPtr(run.FinishedAt)
 	v.Input = prettyJSON(detail.Input)
@@ -492,7 +500,15 @@ func (g *Gateway) runAction(w http.ResponseWriter, r *http.Request, what string)
 	var e *api.Error
 	done := "cancelled"
 	if what == "cancel" {
-		_, e = g.cancelRun(ctx, tenant, id, "cancelled by "+p.Name+" in the console")
+		// The reason is the run's error, which its tenant reads: an
+		// operator's cancel does not name the operator's token there (the
+		// log does).
+		by := p.Name
+		if rl == roleOperator {
+			by = "an operator"
+			g.log.Info("console: run cancelled by an operator", "actor", p.Name, "tenant", tenant, "id", id)
+		}
+		_, e = g.cancelRun(ctx, tenant, id, "cancelled by "+by+" in the console")
 	} else {
 		done = "retried"
 		_, e = g.retryRun(ctx, p.Name, tenant, id)

@@ -14,7 +14,8 @@ import (
 )
 
 // GET /v1/runs/{id} of a queued run says why it waits: a start into a
-// paused queue that a live worker serves waits for the pause, one into a
+// paused queue that a live worker serves waits for the pause (without
+// naming the operator who paused it), one into a
 // queue no worker serves waits for a worker; a run that left the queue
 // carries no waiting object, and listings never do.
 func TestGetRunSaysWhyItWaits(t *testing.T) {
@@ -36,8 +37,12 @@ func TestGetRunSaysWhyItWaits(t *testing.T) {
 	require.Equal(t, api.StatusQueued, run.Status)
 	require.NotNil(t, run.Waiting, "%s", body)
 	require.Equal(t, api.WaitQueuePaused, run.Waiting.Reason)
-	require.Equal(t, "root", run.Waiting.PausedBy)
 	require.NotNil(t, run.Waiting.PausedAt)
+	// The tenant learns that an operator paused the queue, not which
+	// operator's token did.
+	require.Empty(t, run.Waiting.PausedBy)
+	require.NotContains(t, string(body), "paused_by")
+	require.NotContains(t, string(body), `"root"`)
 
 	_, err = c.Start(b.ctx, "job", "unserved", nil, client.StartOptions{ID: "alone"})
 	require.NoError(t, err)

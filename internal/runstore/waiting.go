@@ -43,7 +43,7 @@ type waitingState struct {
 	Continuation  *bool      `db:"continuation"`
 	DueAt         *time.Time `db:"due_at"`
 	PausedAt      *time.Time `db:"paused_at"`
-	PausedBy      *string    `db:"paused_by"`
+	PausedBy      *string    `db:"paused_by"` // read, never shown (see Waiting)
 	LiveWorkers   int        `db:"live_workers"`
 	FairWorkers   int        `db:"fair_workers"`
 	LastSeenAt    *time.Time `db:"last_seen_at"`
@@ -90,6 +90,9 @@ type waitingFairKey struct {
 // the run has no task), the fair order (or, without fairness keys, the
 // queue's order) puts other tasks first; otherwise it is next.
 //
+// It is the tenant's view, whoever asks: it names no operator (PausedBy is
+// left empty) and no other tenant's key (fair_order counts them only).
+//
 // It costs a few reads bounded by WaitingMaxKeys and WaitingMaxCount, so
 // only the read of one run calls it, never a listing. Its figures are a
 // snapshot of the moment and, for fair_order, an estimate (FairAhead).
@@ -114,11 +117,10 @@ func Waiting(ctx context.Context, db claim.DB, tenant, id string) (*api.RunWaiti
 	case hasTask && (*st.TaskState == "scheduled" || st.DueAt.After(st.Now)):
 		return &api.RunWaiting{Reason: api.WaitNotDue, DueAt: &api.Time{Time: *st.DueAt}}, nil
 	case st.PausedAt != nil:
-		w := &api.RunWaiting{Reason: api.WaitQueuePaused, PausedAt: &api.Time{Time: *st.PausedAt}}
-		if st.PausedBy != nil {
-			w.PausedBy = *st.PausedBy
-		}
-		return w, nil
+		// Not PausedBy: the waiting object goes to the run's tenant, and
+		// the pause is an operator's, whose token is not the tenant's to
+		// know. The operators' console adds it (internal/gateway).
+		return &api.RunWaiting{Reason: api.WaitQueuePaused, PausedAt: &api.Time{Time: *st.PausedAt}}, nil
 	case st.LiveWorkers == 0:
 		w := &api.RunWaiting{Reason: api.WaitNoWorker}
 		if st.LastSeenAt != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/harvest-run/harvest/pkg/fairkeys"
@@ -134,7 +133,11 @@ func (r *StartRequest) Validate() *Error {
 	return nil
 }
 
-// checkText returns what is wrong with an identifier-like text, or "".
+// checkText returns what is wrong with an identifier-like text (a run's
+// id or name), or "". Ids and names are shown beside keys and queues (the
+// console, the CLI, logs), so they are held to the keys' character rule:
+// no control character and no bidirectional control, with which one name
+// could be drawn as another.
 func checkText(s string, maxBytes int) string {
 	switch {
 	case len(s) > maxBytes:
@@ -142,10 +145,8 @@ func checkText(s string, maxBytes int) string {
 	case !utf8.ValidString(s):
 		return "must be valid UTF-8"
 	}
-	for _, c := range s {
-		if unicode.IsControl(c) {
-			return "must not hold a control character"
-		}
+	if err := fairkeys.ValidateChars(s); err != nil {
+		return err.Error()
 	}
 	return ""
 }

@@ -61,6 +61,31 @@ func TestStartValidateNamesTheField(t *testing.T) {
 	}
 }
 
+// A run's id and name refuse every bidirectional control, as keys do: with
+// them one run could be drawn as another in the console, the CLI and logs.
+func TestStartValidateRefusesBidiInIDAndName(t *testing.T) {
+	t.Parallel()
+	for _, c := range []rune{0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069, 0x200E, 0x200F, 0x061C} {
+		s := "invoice-" + string(c) + "fdp.exe"
+		r := validStart()
+		r.ID = s
+		e := r.Validate()
+		require.NotNil(t, e, "id with U+%04X", c)
+		require.Equal(t, "id", e.Field)
+		require.Contains(t, e.Message, "bidirectional", "id with U+%04X", c)
+		r = validStart()
+		r.Name = s
+		e = r.Validate()
+		require.NotNil(t, e, "name with U+%04X", c)
+		require.Equal(t, "name", e.Field)
+		require.Contains(t, e.Message, "bidirectional", "name with U+%04X", c)
+	}
+	// Other text beyond ASCII stays welcome.
+	r := validStart()
+	r.ID, r.Name = "заказ-42", "résumé ✓ 注文"
+	require.Nil(t, r.Validate())
+}
+
 func TestStartValidateAcceptsGoodStarts(t *testing.T) {
 	t.Parallel()
 	r := validStart()

@@ -15,7 +15,7 @@ const (
 	// WaitNotDue: the run's task is scheduled for later (DueAt).
 	WaitNotDue WaitReason = "not_due"
 	// WaitQueuePaused: an operator paused the queue on the run's shard
-	// (PausedAt, PausedBy).
+	// (PausedAt; PausedBy for an operator only).
 	WaitQueuePaused WaitReason = "queue_paused"
 	// WaitNoWorker: no live worker serves the queue on the run's shard.
 	WaitNoWorker WaitReason = "no_worker"
@@ -52,8 +52,10 @@ type RunWaiting struct {
 	// DueAt (not_due) is when the task becomes claimable.
 	DueAt *Time `json:"due_at,omitempty"`
 
-	// PausedAt and PausedBy (queue_paused) say when and by whom the
-	// queue was paused.
+	// PausedAt (queue_paused) says since when the queue is paused.
+	// PausedBy, the operator's token that paused it, is set only where an
+	// operator reads the run (the console's operator view): a tenant's
+	// answer never names an operator, so over the API it is absent.
 	PausedAt *Time  `json:"paused_at,omitempty"`
 	PausedBy string `json:"paused_by,omitempty"`
 

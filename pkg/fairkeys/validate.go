@@ -163,6 +163,12 @@ func ValidateWeight(w float64) error {
 	return nil
 }
 
+// ValidateChars refuses the characters no name may hold, whatever its
+// other rules: control characters and the bidirectional controls (see
+// noControls). Run ids and names (pkg/api) are checked with it, so every
+// name Harvest shows is held to this one list.
+func ValidateChars(s string) error { return noControls(s) }
+
 // noControls refuses control characters and the invisible characters that
 // reorder text (bidirectional embeddings, overrides, isolates and marks),
 // with which a name could be made to look like another where it is shown.

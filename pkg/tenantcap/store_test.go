@@ -66,7 +66,9 @@ func TestConfigPersistsAndIsAudited(t *testing.T) {
 	_, err = UpdateConfig(ctx, db, "cli:carol", Patch{TFM: new(-1.0)})
 	require.True(t, errors.As(err, &ae))
 	require.Equal(t, "tfm", ae.Field)
-	_, err = ApplyPut(ctx, db, "admin:bob", []byte("\x00not json"), 0)
+	// Another actor: bob's second 400 within the minute would fold into
+	// his first refused row (weights.AuditRefused).
+	_, err = ApplyPut(ctx, db, "admin:dave", []byte("\x00not json"), 0)
 	require.True(t, errors.As(err, &ae))
 
 	// A restarted gateway loads what was persisted.

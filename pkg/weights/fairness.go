@@ -155,7 +155,11 @@ func SetFairness(ctx context.Context, shards []Shard, actor, queue string, req a
 	return out, nil
 }
 
-// Fairness reads queue's fairness modes on every shard.
+// Fairness reads queue's fairness modes on every shard. With WithOwner it
+// is a tenant's view: the group weights of the tenant's own group only
+// (the group of the keys bound to it), and not who changed the modes (an
+// operator's token); the modes themselves apply to every tenant and are
+// shown whole.
 func Fairness(ctx context.Context, shards []Shard, queue string, opts ...Option) (api.QueueFairnessResult, error) {
 	if err := ValidateQueue(queue); err != nil {
 		return api.QueueFairnessResult{}, err
@@ -163,8 +167,17 @@ func Fairness(ctx context.Context, shards []Shard, queue string, opts ...Option)
 	if err := checkShards(shards); err != nil {
 		return api.QueueFairnessResult{}, err
 	}
-	res := call(ctx, shards, collect(opts), func(ctx context.Context, db DB) (api.QueueFairness, error) {
-		return FairnessOne(ctx, db, queue)
+	o := collect(opts)
+	res := call(ctx, shards, o, func(ctx context.Context, db DB) (api.QueueFairness, error) {
+		f, err := FairnessOne(ctx, db, queue)
+		if err != nil || o.owner == "" {
+			return f, err
+		}
+		f.UpdatedBy = ""
+		// A group is the tenant part of a key, so the tenant's own group
+		// is the one named after it (fairkeys.BoundTo holds for it alone).
+		f.GroupWeights, _ = ownedOnly(f.GroupWeights, nil, o.owner, func(g api.GroupWeight) string { return g.Group })
+		return f, nil
 	})
 	out := api.QueueFairnessResult{Queue: queue, Shards: []api.QueueFairnessShard{}, UnavailableShards: []int{}}
 	for _, r := range res {

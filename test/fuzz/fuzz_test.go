@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
@@ -270,14 +271,24 @@ func FuzzAdmissionBody(f *testing.F) {
 }
 
 // FuzzValidators calls the validators behind the routes directly: none
-// panics, every refusal says something, and what the start validator
-// accepts as a queue or key the dedicated validators accept too.
+// panics, every refusal says something, what the start validator accepts
+// as a queue or key the dedicated validators accept too, and no run id or
+// name it accepts holds a control or bidirectional-control character.
 func FuzzValidators(f *testing.F) {
 	f.Add("q", "k", "acme", 1.0, 0)
 	f.Add("..", "", "", 0.0, 1001)
 	f.Add("orders.eu", "a/b", "bad tenant", 1e-9, -1001)
 	f.Add(" q", "k\x00", strings.Repeat("t", 65), math.Inf(1), 3)
+	f.Add("q\u202e", "inv\u2066oice", "echo\u200f", 1.0, 0)
 	f.Fuzz(func(t *testing.T, queue, key, tenant string, weight float64, priority int) {
+		for _, s := range []string{queue, key, tenant} {
+			named := api.StartRequest{ID: s, Name: s, Queue: "q"}
+			if named.Validate() == nil && strings.ContainsFunc(s, func(r rune) bool {
+				return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
+			}) {
+				t.Fatalf("run id and name %q accepted", s)
+			}
+		}
 		for _, err := range []error{
 			weights.ValidateQueue(queue), weights.ValidateOverrideKey(key), weights.ValidateQuotaKey(key),
 			weights.ValidateWeight(weight), auth.ValidateTenant(tenant),

@@ -11,9 +11,11 @@ BEGIN
     SELECT w.weight INTO old_weight FROM weight_overrides w WHERE w.queue = p_queue AND w.key = p_key;
     IF old_weight IS NULL AND overrides >= 1000 THEN
         outcome := 'cap_reached';
-        INSERT INTO audit (actor, action, queue, key, old_value, new_value, outcome, message)
-        VALUES (p_actor, 'weight.set', p_queue, p_key, NULL, jsonb_build_object('weight', p_weight), 'refused',
-                format('cap_reached: the queue already holds %s overrides, the most allowed; clear one first', overrides));
+        -- Folded like every refusal (the window of
+        -- weights.DefaultRefusalFold; 409 is the write's status).
+        PERFORM harvest_audit_refused(p_actor, 'weight.set', p_queue, p_key, NULL, jsonb_build_object('weight', p_weight),
+                format('cap_reached: the queue already holds %s overrides, the most allowed; clear one first', overrides),
+                interval '1 minute', 409);
         RETURN;
     END IF;
     INSERT INTO weight_overrides (queue, key, weight, updated_at, updated_by)
