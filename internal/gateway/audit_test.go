@@ -96,6 +96,8 @@ func TestRetryRefusalFloodFolds(t *testing.T) {
 	for _, e := range page.Entries {
 		require.Equal(t, "refused", e.Outcome)
 		repeats[e.Actor] += 1 + e.Repeats
+		require.NotNil(t, e.LastAt, "a folded row says when its latest refusal came")
+		require.False(t, e.LastAt.Before(e.At.Time))
 	}
 	require.Equal(t, map[string]int{"a-ci": n, "b-ci": 3}, repeats)
 }

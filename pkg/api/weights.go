@@ -197,9 +197,11 @@ type AuditEntry struct {
 	// or notes a change that changed nothing.
 	Outcome string `json:"outcome"`
 	Message string `json:"message"`
-	// Repeats counts the further refused attempts of the same actor and
-	// action folded into this row (see AuditRefused).
-	Repeats int `json:"repeats"`
+	// Repeats counts the further refused attempts of the same actor,
+	// action and status folded into this row (see weights.AuditRefused);
+	// LastAt is when the latest of them came (absent on other rows).
+	Repeats int   `json:"repeats"`
+	LastAt  *Time `json:"last_at,omitempty"`
 }
 
 // AuditPage is one page of GET /v1/audit.

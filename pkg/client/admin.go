@@ -195,7 +195,9 @@ func (c *Client) ClearPriorityCeiling(ctx context.Context, tenant string) (api.P
 	return out, err
 }
 
-func tenantPath(tenant, kind string) string { return "/v1/tenants/" + url.PathEscape(tenant) + "/" + kind }
+func tenantPath(tenant, kind string) string {
+	return "/v1/tenants/" + url.PathEscape(tenant) + "/" + kind
+}
 
 // Usage reads the caller's tenant's unfinished runs and its limit now
 // (runs:read, a tenant's token).

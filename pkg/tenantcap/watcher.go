@@ -42,9 +42,9 @@ type Watcher struct {
 	// reloadMu orders reloads: a read of the ceilings that began later is
 	// put in force later, so a slow reload never undoes a newer one.
 	reloadMu sync.Mutex
-	stop context.CancelFunc
-	done chan struct{}
-	sub  *nats.Subscription
+	stop     context.CancelFunc
+	done     chan struct{}
+	sub      *nats.Subscription
 }
 
 // NewWatcher returns a watcher serving DefaultConfig until Start.

@@ -47,7 +47,7 @@ func WithNATS(nc *nats.Conn, subjects dispatch.Subjects) Option {
 	return func(o *options) { o.nc, o.subjects = nc, subjects }
 }
 
-// WithOwner limits a read (Get, GetQuota, Keys) to the keys bound to
+// WithOwner limits a read (Get, GetQuota, Keys, Fairness) to the keys bound to
 // tenant: the key named tenant and the keys under "tenant/", the names the
 // gateway's key binding gives a tenant's keys. A gateway reads so for a
 // tenant's token, so that no tenant sees another's keys, weights, quotas,

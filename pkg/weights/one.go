@@ -354,7 +354,11 @@ func AuditList(ctx context.Context, db DB, cursor string, limit int) (AuditPage,
 	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
 		var e AuditEntry
 		var oldV, newV []byte
-		err := r.Scan(&e.ID, &e.At.Time, &e.Actor, &e.Action, &e.Queue, &e.Key, &oldV, &newV, &e.Outcome, &e.Message, &e.Repeats)
+		var last *time.Time
+		err := r.Scan(&e.ID, &e.At.Time, &e.Actor, &e.Action, &e.Queue, &e.Key, &oldV, &newV, &e.Outcome, &e.Message, &e.Repeats, &last)
+		if last != nil {
+			e.LastAt = &api.Time{Time: *last}
+		}
 		e.OldValue, e.NewValue = rawOrNull(oldV), rawOrNull(newV)
 		return e, err
 	})
