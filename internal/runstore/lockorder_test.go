@@ -250,7 +250,9 @@ func TestTenantLockOrderUnderConcurrency(t *testing.T) {
 		for r := range rounds {
 			tenant := tenants[r%len(tenants)]
 			pk := testfactory.Run(b.ctx, t, b.db, testfactory.RunOpts{Tenant: tenant, ID: fmt.Sprintf("f%d", r), Uncounted: true})
-			testfactory.Task(b.ctx, t, b.db, testfactory.TaskOpts{RunPK: pk, Queue: "lock-q"})
+			// Its own queue: the claim loop above must not take the task
+			// this goroutine marks done.
+			testfactory.Task(b.ctx, t, b.db, testfactory.TaskOpts{RunPK: pk, Queue: "retry-q"})
 			_, err := b.db.Exec(b.ctx, `UPDATE tasks SET state = 'done' WHERE run_pk = $1`, pk)
 			report("fail run", err)
 			_, err = b.db.Exec(b.ctx, `UPDATE runs SET status = 'failed', finished_at = now() WHERE pk = $1`, pk)
