@@ -19,6 +19,7 @@ func benchmarks() map[string]func(ctx context.Context, e env, args []string) err
 		"soak":        runBenchSoak,
 		"move":        runBenchMove,
 		"fairness":    runBenchFairness,
+		"neighbour":   runBenchNeighbour,
 	}
 }
 
