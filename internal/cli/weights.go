@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/internal/natsconn"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
 	"github.com/harvest-run/harvest/pkg/dispatch"
@@ -84,7 +85,7 @@ func openAdminBackend(ctx context.Context, shardTimeout time.Duration, publish b
 	if publish && cfg.NATSURL != "" {
 		// The change event is a hint: workers read weights at each claim,
 		// so a NATS server that is not there costs nothing but the event.
-		if nc, err := nats.Connect(cfg.NATSURL, nats.Timeout(time.Second), nats.NoReconnect(), nats.Name("harvest-cli")); err == nil {
+		if nc, err := natsconn.Connect(cfg.NATSURL, natsconn.Options{Name: "harvest-cli", FailFast: true}, nats.Timeout(time.Second)); err == nil {
 			b.nc = nc
 			b.opts = append(b.opts, weights.WithNATS(nc, dispatch.Subjects{}))
 		}

@@ -17,14 +17,21 @@ const Prefix = "HARVEST"
 type Shards []string
 
 // Decode parses a comma-separated list; blanks around commas are trimmed.
-// It lets envconfig read HARVEST_SHARDS.
+// It lets envconfig read HARVEST_SHARDS. A URL may itself hold commas, in
+// its list of hosts (postgres://u@a:5432,b:5432/db): a part that does not
+// begin with postgres:// or postgresql:// continues the URL before it.
 func (s *Shards) Decode(v string) error {
 	*s = nil
 	if strings.TrimSpace(v) == "" {
 		return nil
 	}
 	for _, part := range strings.Split(v, ",") {
-		*s = append(*s, strings.TrimSpace(part))
+		part = strings.TrimSpace(part)
+		if n := len(*s); n > 0 && part != "" && !strings.HasPrefix(part, "postgres://") && !strings.HasPrefix(part, "postgresql://") {
+			(*s)[n-1] += "," + part
+			continue
+		}
+		*s = append(*s, part)
 	}
 	return nil
 }
@@ -57,8 +64,8 @@ func Redact(raw string) string {
 
 // Common holds the variables every binary reads.
 type Common struct {
-	Shards  Shards `envconfig:"SHARDS" desc:"comma-separated Postgres URLs of the shards, in shard order"`
-	NATSURL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"NATS server URL"`
+	Shards  Shards `envconfig:"SHARDS" desc:"comma-separated Postgres URLs of the shards, in shard order; a URL may name a primary and its standbys (postgres://u@a:5432,b:5432/db), and the connection goes to whichever takes writes (docs/operations.md)"`
+	NATSURL string `envconfig:"NATS_URL" default:"nats://127.0.0.1:4222" desc:"NATS server URL, or the comma-separated URLs of a cluster's servers (a process connects to one of them and moves to another when it goes away)"`
 }
 
 // Load fills spec from the environment with the HARVEST_ prefix; a value that
@@ -75,8 +82,5 @@ func (c Common) Validate() error {
 	if err := c.Shards.Validate(); err != nil {
 		return err
 	}
-	if _, err := url.Parse(c.NATSURL); err != nil || c.NATSURL == "" {
-		return fmt.Errorf("HARVEST_NATS_URL: %q is not a URL", c.NATSURL)
-	}
-	return nil
+	return ValidateNATSURL(c.NATSURL)
 }

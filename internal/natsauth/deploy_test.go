@@ -3,7 +3,9 @@ package natsauth
 import (
 	"context"
 	"flag"
+	neturl "net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,11 +30,19 @@ var deployPasswordEnv = map[string]string{
 	"initech":  "HARVEST_NATS_INITECH_PASSWORD",
 }
 
+// The variables of the compose fleet's route password and route URLs.
+const (
+	deployRoutePasswordEnv = "HARVEST_NATS_ROUTE_PASSWORD"
+	deployRoutesEnv        = "HARVEST_NATS_ROUTES"
+)
+
 // composeOptions are the inputs of deploy/nats/nats.conf, the server
-// configuration of the compose fleet.
+// configuration of the compose fleet's three NATS nodes.
 func composeOptions() Options {
 	opts := Options{
-		Comment: `Server of the compose fleet (deploy/compose.yaml). Do not edit by hand:
+		Comment: `Server of the compose fleet (deploy/compose.yaml): each of its three
+NATS nodes (nats1, nats2, nats3) loads this same file, so the users and
+their permissions are the same on every node. Do not edit by hand:
 change composeOptions in internal/natsauth/deploy_test.go and run
   go test ./internal/natsauth -run TestDeployConfig -update
 
@@ -43,9 +53,14 @@ refuses to start when one is missing. Set:
   HARVEST_NATS_ACME_PASSWORD      user acme (tenant acme)
   HARVEST_NATS_GLOBEX_PASSWORD    user globex (tenant globex)
   HARVEST_NATS_INITECH_PASSWORD   user initech (tenant initech)
+  HARVEST_NATS_ROUTE_PASSWORD     user route (the nodes, to one another)
+  HARVEST_NATS_ROUTES             the nodes' route URLs, which carry the
+                                  route password: [nats-route://route:
+                                  <password>@nats1:6222, ...]
 The server reads each value as a configuration value, so use either a
 bcrypt hash or a password that starts with a letter and holds only
-letters, digits, '_' and '-' (secrets from auth.NewSecret qualify).
+letters, digits, '_' and '-' (secrets from auth.NewSecret qualify); the
+route password cannot be a bcrypt hash, since the nodes send it.
 
 Tenant clients must set their inbox prefix to _INBOX_<tenant>
 (nats.CustomInboxPrefix in Go, --inbox-prefix with the nats tool).`,
@@ -53,6 +68,16 @@ Tenant clients must set their inbox prefix to _INBOX_<tenant>
 		HTTP:     "0.0.0.0:8222",
 		Services: []User{{Name: "harvest", Password: Env(deployPasswordEnv["harvest"])}},
 		Handlers: []User{{Name: "handlers", Password: Env(deployPasswordEnv["handlers"])}},
+		// A node whose machine dies without closing its connections is
+		// dropped by its clients and peers within about 20s.
+		PingInterval: 5 * time.Second, PingMax: 3,
+		Cluster: &Cluster{
+			Name: "harvest", Listen: "0.0.0.0:6222",
+			User: "route", Password: Env(deployRoutePasswordEnv), RoutesEnv: deployRoutesEnv,
+			// Every client of the fleet lists the three nodes; the container
+			// addresses the nodes would advertise mean nothing on the host.
+			NoAdvertise: true,
+		},
 	}
 	for _, tenant := range []string{"acme", "globex", "initech"} {
 		opts.Tenants = append(opts.Tenants, TenantUser{Name: tenant, Password: Env(deployPasswordEnv[tenant]), Tenant: tenant})
@@ -87,6 +112,15 @@ func TestDeployConfig(t *testing.T) {
 		require.NoError(t, err)
 		t.Setenv(env, passwords[user])
 	}
+	routePassword, err := auth.NewSecret()
+	require.NoError(t, err)
+	t.Setenv(deployRoutePasswordEnv, routePassword)
+	// What deploy/compose.yaml gives every node: the three nodes' routes.
+	var routes []string
+	for _, host := range []string{"nats1", "nats2", "nats3"} {
+		routes = append(routes, "nats-route://route:"+routePassword+"@"+host+":6222")
+	}
+	t.Setenv(deployRoutesEnv, "["+strings.Join(routes, ", ")+"]")
 	sopts, err := server.ProcessConfigFile(deployConf)
 	require.NoError(t, err)
 	require.Equal(t, "0.0.0.0", sopts.Host)
@@ -99,8 +133,20 @@ func TestDeployConfig(t *testing.T) {
 	for _, u := range sopts.Users {
 		require.Equal(t, passwords[u.Username], u.Password, "password of %s from the environment", u.Username)
 	}
+	require.Equal(t, 5*time.Second, sopts.PingInterval)
+	require.Equal(t, 3, sopts.MaxPingsOut)
+	require.Equal(t, "harvest", sopts.Cluster.Name)
+	require.Equal(t, "0.0.0.0", sopts.Cluster.Host)
+	require.Equal(t, 6222, sopts.Cluster.Port)
+	require.Equal(t, "route", sopts.Cluster.Username)
+	require.Equal(t, routePassword, sopts.Cluster.Password, "route password from the environment")
+	require.True(t, sopts.Cluster.NoAdvertise)
+	require.Len(t, sopts.Routes, 3)
+	for i, r := range sopts.Routes {
+		require.Equal(t, routes[i], r.String(), "route %d from the environment", i)
+	}
 
-	url := startDeployServer(t, sopts)
+	url := startDeployServer(t, sopts, nil).ClientURL()
 	svc := connect(t, url, "harvest", passwords["harvest"])
 	serveStarts(t, svc)
 	acme := connectTenant(t, url, "acme", passwords["acme"], "acme", nats.PermissionErrOnSubscribe(true))
@@ -127,26 +173,39 @@ func TestDeployConfig(t *testing.T) {
 
 	_, err = nats.Connect(url, nats.UserInfo("acme", passwords["globex"]), nats.NoReconnect(), nats.Timeout(connectTimeout))
 	require.ErrorIs(t, err, nats.ErrAuthorization)
+
+	// The same file on three nodes, as compose runs it, on local ports:
+	// each node dials the first with the route URL the environment gave
+	// (its credentials), and the tenants are kept apart across them.
+	var nodes []*server.Server
+	for i := range 3 {
+		o, err := server.ProcessConfigFile(deployConf)
+		require.NoError(t, err)
+		var dial []*neturl.URL
+		if i > 0 {
+			seed := *o.Routes[0]
+			seed.Host = nodes[0].ClusterAddr().String()
+			dial = []*neturl.URL{&seed}
+		}
+		nodes = append(nodes, startDeployServer(t, o, dial))
+	}
+	meshed(t, nodes...)
+	checkTenantsAcrossNodes(t, nodes[0].ClientURL(), nodes[1].ClientURL(), nodes[2].ClientURL(), "harvest", passwords["harvest"],
+		map[string][2]string{"acme": {"acme", passwords["acme"]}, "globex": {"globex", passwords["globex"]}})
 }
 
 // startDeployServer runs a server from a parsed deploy configuration on
-// local random ports. natsembed would keep the file's fixed monitoring
+// local random ports (clients, monitoring and routes), dialling routes
+// instead of the file's. natsembed would keep the file's fixed monitoring
 // port (8222), which a test must not take.
-func startDeployServer(t *testing.T, sopts *server.Options) string {
+func startDeployServer(t *testing.T, sopts *server.Options, routes []*neturl.URL) *server.Server {
 	t.Helper()
 	sopts.Host = "127.0.0.1"
 	sopts.Port = server.RANDOM_PORT
 	sopts.HTTPHost = "127.0.0.1"
 	sopts.HTTPPort = server.RANDOM_PORT
-	sopts.NoSigs = true
-	sopts.NoLog = true
-	ns, err := server.NewServer(sopts)
-	require.NoError(t, err)
-	ns.Start()
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	require.True(t, ns.ReadyForConnections(10*time.Second), "server not ready")
-	return ns.ClientURL()
+	sopts.Cluster.Host = "127.0.0.1"
+	sopts.Cluster.Port = server.RANDOM_PORT
+	sopts.Routes = routes
+	return startNode(t, sopts, nil)
 }

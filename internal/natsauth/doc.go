@@ -28,6 +28,13 @@
 // a permissions error for its "_INBOX." subscription. With the `nats`
 // command-line tool, pass --inbox-prefix _INBOX_acme.
 //
+// On a cluster (Options.Cluster) every node loads a file made from the
+// same Options, so the users and their permissions are the same on each
+// node: a tenant connected to one node is held to its subjects there, and
+// the answers to its requests reach its own inbox over the routes whichever
+// node the gateway that answered is on. The nodes take routes only from
+// one another (a route user and password).
+//
 // Passwords may be written in clear (Plain), as bcrypt hashes (Bcrypt), or
 // as references to environment variables (Env) that the server resolves
 // when it loads the file, which is how deploy/nats/nats.conf keeps

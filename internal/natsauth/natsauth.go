@@ -144,6 +144,17 @@ type Options struct {
 	// StoreDir is JetStream's directory; empty leaves the server's
 	// default. Only used with JetStream.
 	StoreDir string
+	// Cluster, when set, makes the server a node of a cluster (see
+	// Cluster); the users below are the same on every node.
+	Cluster *Cluster
+	// PingInterval is how often the server pings each client and each
+	// route to another node, and PingMax how many pings may go unanswered
+	// before it drops the connection. Zero leaves the server's defaults
+	// (2 minutes, 2 pings): a node whose machine died without closing its
+	// routes would then keep its peers sending it a share of queue-group
+	// messages, lost, for minutes.
+	PingInterval time.Duration
+	PingMax      int
 
 	// Prefix is the first part of every Harvest subject (one or more
 	// dot-separated tokens of A-Z, a-z, 0-9, '_', '-');
@@ -181,10 +192,10 @@ func TenantPermissions(prefix, tenant string) (publish, subscribe []string) {
 }
 
 // Config renders a nats-server configuration file from opts: the listen,
-// monitoring and JetStream lines it asks for, and an authorization block
-// with one entry per user. Users get, in order: services (no limits),
-// handlers, tenants. The output depends only on opts, so a checked-in file
-// can be compared with it.
+// monitoring and JetStream lines it asks for, the cluster block of a node
+// of a cluster, and an authorization block with one entry per user. Users
+// get, in order: services (no limits), handlers, tenants. The output
+// depends only on opts, so a checked-in file can be compared with it.
 func Config(opts Options) (string, error) {
 	prefix := opts.Prefix
 	if prefix == "" {
@@ -239,8 +250,25 @@ func Config(opts Options) (string, error) {
 			b.WriteString("jetstream: enabled\n")
 		}
 	}
-	if opts.Listen != "" || opts.HTTP != "" || opts.JetStream {
+	if opts.PingInterval < 0 || (opts.PingInterval > 0 && opts.PingInterval%time.Second != 0) {
+		return "", fmt.Errorf("natsauth: ping interval %s: want whole seconds", opts.PingInterval)
+	}
+	if opts.PingMax < 0 {
+		return "", fmt.Errorf("natsauth: ping max %d: want 0 (the server's default) or more", opts.PingMax)
+	}
+	if opts.PingInterval > 0 {
+		fmt.Fprintf(&b, "ping_interval: %s\n", quote(strconv.FormatInt(int64(opts.PingInterval/time.Second), 10)+"s"))
+	}
+	if opts.PingMax > 0 {
+		fmt.Fprintf(&b, "ping_max: %d\n", opts.PingMax)
+	}
+	if opts.Listen != "" || opts.HTTP != "" || opts.JetStream || opts.PingInterval > 0 || opts.PingMax > 0 {
 		b.WriteString("\n")
+	}
+	if opts.Cluster != nil {
+		if err := opts.Cluster.render(&b); err != nil {
+			return "", err
+		}
 	}
 
 	b.WriteString("authorization {\n  users = [\n")

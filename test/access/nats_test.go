@@ -32,6 +32,7 @@ func shippedNATS(t *testing.T) string {
 	require.NoError(t, err)
 	sopts.Host, sopts.Port = "127.0.0.1", server.RANDOM_PORT
 	sopts.HTTPHost, sopts.HTTPPort = "127.0.0.1", server.RANDOM_PORT
+	sopts.Cluster.Host, sopts.Cluster.Port = "127.0.0.1", server.RANDOM_PORT // a lone node of the shipped cluster
 	sopts.StoreDir = filepath.Join(t.TempDir(), "js")
 	sopts.NoSigs, sopts.NoLog = true, true
 	ns, err := server.NewServer(sopts)

@@ -27,6 +27,9 @@ var passwords = map[string]string{
 	"HARVEST_NATS_ACME_PASSWORD":     "acmepw",
 	"HARVEST_NATS_GLOBEX_PASSWORD":   "globexpw",
 	"HARVEST_NATS_INITECH_PASSWORD":  "initechpw",
+	// The file makes the server a node of a cluster; here it is alone.
+	"HARVEST_NATS_ROUTE_PASSWORD": "routepw",
+	"HARVEST_NATS_ROUTES":         "[]",
 }
 
 func TestMain(m *testing.M) {

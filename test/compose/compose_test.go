@@ -270,16 +270,33 @@ func TestComposeFile(t *testing.T) {
 		require.Positive(t, workerShards[i], "no worker serves shard %d", i)
 	}
 
-	// The NATS server gets every password its configuration reads.
+	// NATS is a cluster of three nodes, each loading the same
+	// configuration and given every variable it reads; the nodes route to
+	// one another, and every Harvest process is given all three.
 	conf, err := os.ReadFile(repoFile(t, "deploy/nats/nats.conf"))
 	require.NoError(t, err)
-	nats, ok := f.Services["nats"]
-	require.True(t, ok, "no nats service")
-	natsEnv := env(t, "nats", nats.Environment)
 	refs := regexp.MustCompile(`\$([A-Z_][A-Z0-9_]*)`).FindAllStringSubmatch(string(conf), -1)
 	require.NotEmpty(t, refs)
-	for _, m := range refs {
-		require.Contains(t, natsEnv, m[1], "nats.conf reads $%s, which the nats service does not set", m[1])
+	for _, name := range natsNodes {
+		nats, ok := f.Services[name]
+		require.True(t, ok, "no %s service", name)
+		require.Contains(t, words(nats.Command), "/etc/nats/nats.conf", "service %s: the shared configuration", name)
+		natsEnv := env(t, name, nats.Environment)
+		for _, m := range refs {
+			require.Contains(t, natsEnv, m[1], "nats.conf reads $%s, which service %s does not set", m[1], name)
+		}
+		routes := natsEnv["HARVEST_NATS_ROUTES"]
+		for _, peer := range natsNodes {
+			require.Contains(t, routes, "@"+peer+":6222", "service %s does not route to %s", name, peer)
+		}
+	}
+	for name, s := range f.Services {
+		if bin := binary(s); bin == "gateway" || bin == "worker" {
+			urls := env(t, name, s.Environment)["HARVEST_NATS_URL"]
+			for _, node := range natsNodes {
+				require.Contains(t, urls, "@"+node+":4222", "service %s is not given NATS node %s", name, node)
+			}
+		}
 	}
 
 	// Every ${VAR} the file interpolates has a value in deploy/.env.
@@ -296,6 +313,9 @@ func TestComposeFile(t *testing.T) {
 		require.NotEmpty(t, name)
 	}
 }
+
+// natsNodes are the compose services of the NATS cluster.
+var natsNodes = []string{"nats1", "nats2", "nats3"}
 
 func sortedKeys(m map[string]bool) []string {
 	return slices.Sorted(maps.Keys(m))

@@ -178,8 +178,8 @@ func (s *traceSink) snapshot() []sinkSpan {
 
 // TestComposeFleetRuns runs the fleet deploy/compose.yaml describes as
 // local processes: the binaries of the harvest:local image, the test's
-// Postgres for the shards, an embedded NATS server loading the shipped
-// nats.conf and an OTLP receiver for Jaeger. It sets environment variables
+// Postgres for the shards, three embedded NATS servers routed together,
+// each loading the shipped nats.conf, and an OTLP receiver for Jaeger. It sets environment variables
 // (nats.conf reads its passwords from them), so it does not run in
 // parallel.
 func TestComposeFleetRuns(t *testing.T) {
@@ -193,26 +193,57 @@ func TestComposeFleetRuns(t *testing.T) {
 		shardURL[name] = testsvc.NewEmptyDBURL(t)
 	}
 
-	// NATS: the shipped configuration, with the passwords compose gives
-	// the nats service, on local random ports.
-	for k := range p.Services["nats"].Environment {
-		t.Setenv(k, envValue(p.Services["nats"], k))
+	// NATS: the three nodes, each on the shipped configuration with the
+	// variables compose gives it (the same for all three: the file reads
+	// the passwords and the routes from them), on local ports. The routes
+	// are those compose gives, pointed at the local nodes.
+	for k := range p.Services[natsNodes[0]].Environment {
+		t.Setenv(k, envValue(p.Services[natsNodes[0]], k))
 	}
-	sopts, err := server.ProcessConfigFile(repoFile(t, "deploy/nats/nats.conf"))
-	require.NoError(t, err)
-	sopts.Host, sopts.Port = "127.0.0.1", server.RANDOM_PORT
-	sopts.HTTPHost, sopts.HTTPPort = "127.0.0.1", server.RANDOM_PORT
-	sopts.NoSigs, sopts.NoLog = true, true
-	ns, err := server.NewServer(sopts)
-	require.NoError(t, err)
-	ns.Start()
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	require.True(t, ns.ReadyForConnections(10*time.Second))
-	natsAddr := ns.Addr().String()
-	monAddr := ns.MonitorAddr().String()
+	clusterPort := map[string]string{}
+	for _, name := range natsNodes {
+		clusterPort[name] = freePort(t)
+	}
+	natsAddr, monAddr := map[string]string{}, map[string]string{}
+	var nodes []*server.Server
+	for _, name := range natsNodes {
+		for k := range p.Services[name].Environment {
+			require.Equal(t, envValue(p.Services[natsNodes[0]], k), envValue(p.Services[name], k), "service %s: %s", name, k)
+		}
+		sopts, err := server.ProcessConfigFile(repoFile(t, "deploy/nats/nats.conf"))
+		require.NoError(t, err)
+		sopts.ServerName = name // compose's --name
+		sopts.Host, sopts.Port = "127.0.0.1", server.RANDOM_PORT
+		sopts.HTTPHost, sopts.HTTPPort = "127.0.0.1", server.RANDOM_PORT
+		sopts.Cluster.Host = "127.0.0.1"
+		sopts.Cluster.Port, err = strconv.Atoi(clusterPort[name])
+		require.NoError(t, err)
+		require.Len(t, sopts.Routes, len(natsNodes), "service %s: routes", name)
+		for _, r := range sopts.Routes {
+			local, ok := clusterPort[r.Hostname()]
+			require.True(t, ok, "service %s routes to %s, no NATS node", name, r.Hostname())
+			r.Host = "127.0.0.1:" + local
+		}
+		sopts.NoSigs, sopts.NoLog = true, true
+		ns, err := server.NewServer(sopts)
+		require.NoError(t, err)
+		ns.Start()
+		t.Cleanup(func() {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+		})
+		require.True(t, ns.ReadyForConnections(10*time.Second))
+		natsAddr[name], monAddr[name] = ns.Addr().String(), ns.MonitorAddr().String()
+		nodes = append(nodes, ns)
+	}
+	require.Eventually(t, func() bool {
+		for _, ns := range nodes {
+			if ns.NumRemotes() != len(nodes)-1 {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 50*time.Millisecond, "the NATS nodes did not route to one another with compose's routes")
 
 	sink := &traceSink{}
 	jaeger := httptest.NewServer(sink)
@@ -220,7 +251,9 @@ func TestComposeFleetRuns(t *testing.T) {
 
 	// The host names and ports of the compose network, as local ones.
 	hostMap := func(v string) string {
-		v = strings.ReplaceAll(v, "@nats:4222", "@"+natsAddr)
+		for name, addr := range natsAddr {
+			v = strings.ReplaceAll(v, "@"+name+":4222", "@"+addr)
+		}
 		v = strings.ReplaceAll(v, "http://jaeger:4318", jaeger.URL)
 		if strings.Contains(v, "@shard") {
 			parts := strings.Split(v, ",")
@@ -290,8 +323,8 @@ func TestComposeFleetRuns(t *testing.T) {
 			// The nats image's check; net/http does what wget -q -O
 			// /dev/null does, so the test needs no wget.
 			target := args[len(args)-1]
-			if name == "nats" {
-				target = strings.Replace(target, "127.0.0.1:8222", monAddr, 1)
+			if addr, ok := monAddr[name]; ok {
+				target = strings.Replace(target, "127.0.0.1:8222", addr, 1)
 			}
 			return httpOK(target)
 		case "harvest":

@@ -36,6 +36,9 @@ var passwords = map[string]string{
 	"HARVEST_NATS_ACME_PASSWORD":     "acmepw",
 	"HARVEST_NATS_GLOBEX_PASSWORD":   "globexpw",
 	"HARVEST_NATS_INITECH_PASSWORD":  "initechpw",
+	// The file makes the server a node of a cluster; here it is alone.
+	"HARVEST_NATS_ROUTE_PASSWORD": "routepw",
+	"HARVEST_NATS_ROUTES":         "[]",
 }
 
 func TestMain(m *testing.M) {
@@ -55,6 +58,7 @@ func startShippedNATS(t *testing.T) string {
 	require.NoError(t, err)
 	sopts.Host, sopts.Port = "127.0.0.1", server.RANDOM_PORT
 	sopts.HTTPHost, sopts.HTTPPort = "127.0.0.1", server.RANDOM_PORT
+	sopts.Cluster.Host, sopts.Cluster.Port = "127.0.0.1", server.RANDOM_PORT // a lone node of the shipped cluster
 	sopts.StoreDir = filepath.Join(t.TempDir(), "js")
 	sopts.NoSigs, sopts.NoLog = true, true
 	ns, err := server.NewServer(sopts)
