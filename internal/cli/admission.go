@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/internal/natsconn"
+	"github.com/harvest-run/harvest/internal/pgpool"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
@@ -71,7 +72,7 @@ func connectShards(ctx context.Context, urls []string, timeout time.Duration) ([
 	conns := make([]*pgx.Conn, len(urls))
 	for i, u := range urls {
 		cctx, cancel := context.WithTimeout(ctx, timeout)
-		c, err := pgx.Connect(cctx, u)
+		c, err := pgpool.Connect(cctx, u)
 		cancel()
 		if err != nil {
 			closeConns(conns)
@@ -322,7 +323,7 @@ func admissionSetGateway(ctx context.Context, e env, gw *client.Client, p tenant
 // announce tells the gateways over NATS; without NATS they pick the change
 // up at their next periodic reload, so a failure here is only a note.
 func announce(ctx context.Context, e env, cfg admissionEnv, cur tenantcap.Current) {
-	nc, err := nats.Connect(cfg.NATSURL, nats.Timeout(2*time.Second), nats.Name("harvest admission set"))
+	nc, err := natsconn.Connect(cfg.NATSURL, natsconn.Options{Name: "harvest admission set", FailFast: true})
 	if err == nil {
 		defer nc.Close()
 		if err = tenantcap.PublishChange(ctx, nc, cfg.Prefix, cur); err == nil {
@@ -429,7 +430,7 @@ func admissionPriorityDirect(ctx context.Context, e env, tenant string, setMax b
 	if err != nil {
 		return api.PriorityCeiling{}, err
 	}
-	nc, nerr := nats.Connect(cfg.NATSURL, nats.Timeout(2*time.Second), nats.Name("harvest admission priority"))
+	nc, nerr := natsconn.Connect(cfg.NATSURL, natsconn.Options{Name: "harvest admission priority", FailFast: true})
 	if nerr == nil {
 		defer nc.Close()
 		if nerr = tenantcap.PublishCeilings(ctx, nc, cfg.Prefix, c); nerr == nil {

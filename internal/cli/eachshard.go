@@ -10,6 +10,7 @@ import (
 	"github.com/sourcegraph/conc/iter"
 
 	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/internal/pgpool"
 )
 
 // shardOutcome is what a command got from one shard.
@@ -41,7 +42,7 @@ func eachShard[T any](ctx context.Context, timeout time.Duration,
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		url := cfg.Shards[*i]
-		conn, err := pgx.Connect(ctx, url)
+		conn, err := pgpool.Connect(ctx, url)
 		if err != nil {
 			out.Error = fmt.Sprintf("connect %s: %v", config.Redact(url), err)
 			return out

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sourcegraph/conc/iter"
 
 	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/internal/pgpool"
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/pkg/migrate"
 )
@@ -98,7 +98,7 @@ func migrateRetry(ctx context.Context, shard int, url string, timeout time.Durat
 }
 
 func migrateOne(ctx context.Context, url string) shardResult {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := pgpool.Connect(ctx, url)
 	if err != nil {
 		return shardResult{URL: url, Err: fmt.Errorf("connect: %w", err)}
 	}
@@ -151,7 +151,7 @@ func runMigrateStatus(ctx context.Context, e env, args []string) error {
 	}
 	statuses := iter.Map(idx, func(i *int) shardStatus {
 		st := shardStatus{Shard: *i, URL: config.Redact(cfg.Shards[*i])}
-		ms, err := shardMigrations(ctx, cfg.Shards[*i], *timeout)
+		ms, err := shardMigrations(ctx, *i, cfg.Shards[*i], *timeout)
 		if err != nil {
 			st.Error = err.Error()
 			return st
@@ -199,10 +199,14 @@ func runMigrateStatus(ctx context.Context, e env, args []string) error {
 }
 
 // shardMigrations reads one shard's migration status.
-func shardMigrations(ctx context.Context, url string, timeout time.Duration) ([]migrate.Migration, error) {
+func shardMigrations(ctx context.Context, shard int, url string, timeout time.Duration) ([]migrate.Migration, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	pool, err := pgxpool.New(ctx, url)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	pool, err := pgpool.New(ctx, shard, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/internal/pgpool"
 	"github.com/harvest-run/harvest/pkg/weights"
 )
 
@@ -34,7 +35,7 @@ func openShardSet(ctx context.Context, urls config.Shards) (*shardSet, error) {
 			cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 		}
 		cfg.MaxConns = 2
-		p, err := pgxpool.NewWithConfig(ctx, cfg)
+		p, err := pgpool.New(ctx, i, cfg)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("shard %d (%s): %w", i, config.Redact(u), err)

@@ -18,6 +18,8 @@ import (
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/config"
 	"github.com/harvest-run/harvest/internal/directory"
+	"github.com/harvest-run/harvest/internal/natsconn"
+	"github.com/harvest-run/harvest/internal/pgpool"
 	"github.com/harvest-run/harvest/internal/tenantmove"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
@@ -373,7 +375,7 @@ func tenantsNATS(e env, cfg tenantsEnv) *nats.Conn {
 	if cfg.NATSURL == "" {
 		return nil
 	}
-	nc, err := nats.Connect(cfg.NATSURL, nats.Timeout(time.Second), nats.Name("harvest-cli"))
+	nc, err := natsconn.Connect(cfg.NATSURL, natsconn.Options{Name: "harvest-cli", FailFast: true}, nats.Timeout(time.Second))
 	if err != nil {
 		fmt.Fprintf(e.stderr, "note: changes not announced over NATS (%v); the gateways pick them up from shard 0 within seconds\n", err)
 		return nil
@@ -395,7 +397,7 @@ func openTenantPools(ctx context.Context, urls config.Shards, maxConns int32) ([
 			pc.ConnConfig.ConnectTimeout = defaultConnectTimeout
 		}
 		pc.MaxConns = maxConns
-		p, err := pgxpool.NewWithConfig(ctx, pc)
+		p, err := pgpool.New(ctx, i, pc)
 		if err != nil {
 			closePools(pools)
 			return nil, fmt.Errorf("shard %d (%s): %w", i, config.Redact(u), err)

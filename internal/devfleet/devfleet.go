@@ -33,8 +33,10 @@ import (
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/gateway"
 	"github.com/harvest-run/harvest/internal/natsauth"
+	"github.com/harvest-run/harvest/internal/natsconn"
 	"github.com/harvest-run/harvest/internal/natsembed"
 	"github.com/harvest-run/harvest/internal/pgcluster"
+	"github.com/harvest-run/harvest/internal/pgpool"
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/internal/telemetry"
@@ -458,14 +460,15 @@ func startWorker(ctx context.Context, undo *cleanups, log *slog.Logger, shardURL
 	}
 	telemetry.PoolConfig(pcfg)
 	pcfg.MaxConns = workerPoolSize
-	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), pcfg)
+	pool, err := pgpool.New(context.WithoutCancel(ctx), i, pcfg)
 	if err != nil {
 		return fmt.Errorf("dev: worker %d: %w", i, err)
 	}
 	undo.push(func() error { pool.Close(); return nil })
 
-	nc, err := nats.Connect(natsURL, nats.Name(fmt.Sprintf("harvest-dev-worker-%d", i)),
-		nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	nc, err := natsconn.Connect(natsURL, natsconn.Options{
+		Name: fmt.Sprintf("harvest-dev-worker-%d", i), Logger: log.With("service", "worker"), Meanwhile: "polling", FailFast: true,
+	})
 	if err != nil {
 		return fmt.Errorf("dev: worker %d: NATS: %w", i, err)
 	}
@@ -517,8 +520,7 @@ func startWorker(ctx context.Context, undo *cleanups, log *slog.Logger, shardURL
 // subject after every start due now, so listening to all of them sees
 // every queue in use.
 func warnUnserved(undo *cleanups, log *slog.Logger, natsURL string, served map[string]float64) error {
-	nc, err := nats.Connect(natsURL, nats.Name("harvest-dev-queue-watch"),
-		nats.MaxReconnects(-1), nats.ReconnectWait(time.Second))
+	nc, err := natsconn.Connect(natsURL, natsconn.Options{Name: "harvest-dev-queue-watch", FailFast: true})
 	if err != nil {
 		return fmt.Errorf("dev: queue watch: NATS: %w", err)
 	}

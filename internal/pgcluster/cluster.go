@@ -84,6 +84,20 @@ type Cluster struct {
 // bounds the commands Start runs; the server itself outlives it, until
 // Stop.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	c, err := newCluster(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.start(ctx, opts); err != nil {
+		_ = c.Stop(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return c, nil
+}
+
+// newCluster finds the binaries and the server's user and makes the
+// cluster's directory.
+func newCluster(ctx context.Context, opts Options) (*Cluster, error) {
 	binDir := opts.BinDir
 	if binDir == "" {
 		d, err := FindBinaries()
@@ -119,12 +133,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgcluster: create directory: %w", err)
 	}
-	c := &Cluster{dir: dir, binDir: binDir, logf: logf, runAs: runAs}
-	if err := c.start(ctx, opts); err != nil {
-		_ = c.Stop(context.WithoutCancel(ctx))
-		return nil, err
-	}
-	return c, nil
+	return &Cluster{dir: dir, binDir: binDir, logf: logf, runAs: runAs}, nil
 }
 
 func (c *Cluster) dataDir() string { return filepath.Join(c.dir, "data") }
@@ -132,6 +141,20 @@ func (c *Cluster) sockDir() string { return filepath.Join(c.dir, "sock") }
 func (c *Cluster) logFile() string { return filepath.Join(c.dir, "server.log") }
 
 func (c *Cluster) start(ctx context.Context, opts Options) error {
+	if err := c.prepare(); err != nil {
+		return err
+	}
+	c.logf("pgcluster: initdb in %s", c.dataDir())
+	if out, err := c.run(ctx, "initdb", "-D", c.dataDir(), "-A", "trust", "-U", "postgres",
+		"--no-sync", "-E", "UTF8", "--locale=C"); err != nil {
+		return fmt.Errorf("pgcluster: initdb: %w\n%s", err, tail(out, 40))
+	}
+	return c.launch(ctx, opts)
+}
+
+// prepare makes the socket directory and hands the cluster's directories
+// to the server's user.
+func (c *Cluster) prepare() error {
 	if err := os.Mkdir(c.sockDir(), 0o700); err != nil {
 		return fmt.Errorf("pgcluster: %w", err)
 	}
@@ -146,13 +169,11 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		}
 		c.logf("pgcluster: running as root, so the server runs as user %q", c.runAs.name)
 	}
+	return nil
+}
 
-	c.logf("pgcluster: initdb in %s", c.dataDir())
-	if out, err := c.run(ctx, "initdb", "-D", c.dataDir(), "-A", "trust", "-U", "postgres",
-		"--no-sync", "-E", "UTF8", "--locale=C"); err != nil {
-		return fmt.Errorf("pgcluster: initdb: %w\n%s", err, tail(out, 40))
-	}
-
+// launch starts the server on the data directory, on a free port.
+func (c *Cluster) launch(ctx context.Context, opts Options) error {
 	timeout := opts.StartTimeout
 	if timeout <= 0 {
 		timeout = 60 * time.Second

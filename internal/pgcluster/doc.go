@@ -10,6 +10,11 @@
 // related settings are off, so a crash of the machine loses the data, which
 // is the point of a throwaway server.
 //
+// StartStandby makes a streaming standby of a running cluster with
+// pg_basebackup (synchronous or not), Promote ends its recovery, and Kill
+// stops a server at once as a crash would: the fault suite's failover
+// tests run a shard on such a pair.
+//
 // PostgreSQL will not run as root. When the calling process is root, the
 // server binaries are run as an unprivileged operating-system user instead
 // (see Options.OSUser); the user is created when it does not exist yet.

@@ -19,10 +19,12 @@ import (
 const txAttempts = 8
 
 // retryable reports a transaction the database broke to resolve a lock
-// cycle or a serialization conflict.
+// cycle or a serialization conflict, or refused whole because the server
+// stopped being the primary (25006: the pool closed that connection, and
+// the next attempt connects to the new primary or fails to connect).
 func retryable(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "25006")
 }
 
 // inTx runs fn in a transaction on db and commits it, again when the

@@ -19,6 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/internal/natsconn"
+	"github.com/harvest-run/harvest/internal/pgpool"
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/internal/telemetry"
 	"github.com/harvest-run/harvest/pkg/dispatch"
@@ -81,8 +83,10 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// running is set once the worker loop starts, so that /readyz does not
 	// send traffic-dependent checks to a worker still wiring itself up.
 	var running atomic.Bool
+	// natsConn is set once NATS is dialled; /readyz reports its state.
+	var natsConn atomic.Pointer[nats.Conn]
 	if cfg.MetricsAddr != "" {
-		srv, _, err := serveMetrics(cfg.MetricsAddr, log, pool, &running)
+		srv, _, err := serveMetrics(cfg.MetricsAddr, log, pool, &running, &natsConn)
 		if err != nil {
 			return err
 		}
@@ -93,22 +97,14 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}()
 	}
 
-	nc, err := nats.Connect(cfg.NATSURL,
-		nats.Name("harvest-worker "+cfg.ID),
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("NATS disconnected: polling until it is back", "err", err)
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted())
-		}),
-	)
+	nc, err := natsconn.Connect(cfg.NATSURL, natsconn.Options{
+		Name: "harvest-worker " + cfg.ID, Logger: log, Meanwhile: "polling",
+	})
 	if err != nil {
 		return fmt.Errorf("HARVEST_NATS_URL: %w", err)
 	}
 	defer nc.Close()
+	natsConn.Store(nc)
 	defer telemetry.RegisterNATS(nc)()
 	defer telemetry.RegisterPool(cfg.Shard, pool)()
 
@@ -180,7 +176,8 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		conns = min(conns, 2*cfg.BatchClaimers+16)
 	}
 	pcfg.MaxConns = max(pcfg.MaxConns, int32(conns))
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	// pgpool: the pool follows a change of the shard's primary.
+	pool, err := pgpool.New(ctx, cfg.Shard, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d (%s): %w", cfg.Shard, config.Redact(url), err)
 	}
@@ -220,10 +217,11 @@ func warnAutovacuumOff(ctx context.Context, log *slog.Logger, pool *pgxpool.Pool
 }
 
 // serveMetrics serves /metrics, /healthz (the process answers) and /readyz
-// (the shard answers a ping within a second and the worker loop runs) on
-// addr, and returns the address it listens on (addr may name port 0). The
-// probes are cheap so that orchestrators may poll them often.
-func serveMetrics(addr string, log *slog.Logger, pool *pgxpool.Pool, running *atomic.Bool) (*http.Server, string, error) {
+// (the shard answers within a second and takes writes, see pgpool.Ping,
+// and the worker loop runs) on addr, and returns the address it listens on
+// (addr may name port 0). The probes are cheap so that orchestrators may
+// poll them often.
+func serveMetrics(addr string, log *slog.Logger, pool *pgxpool.Pool, running *atomic.Bool, natsConn *atomic.Pointer[nats.Conn]) (*http.Server, string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("HARVEST_WORKER_METRICS_ADDR: %w", err)
@@ -240,8 +238,15 @@ func serveMetrics(addr string, log *slog.Logger, pool *pgxpool.Pool, running *at
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()
-		if err := pool.Ping(ctx); err != nil {
+		if err := pgpool.Ping(ctx, pool); err != nil {
 			http.Error(w, "shard: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		// Without NATS the worker still claims (by polling), but hears no
+		// wake-ups and cannot reach handler services: not ready, like a
+		// gateway, until the connection is back on some node.
+		if nc := natsConn.Load(); nc != nil && !nc.IsConnected() {
+			http.Error(w, "nats: "+nc.Status().String()+" (claiming by polling meanwhile)", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")

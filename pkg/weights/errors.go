@@ -43,6 +43,7 @@ const (
 	codeAdminShutdown       = "57P01"
 	codeCrashShutdown       = "57P02"
 	codeCannotConnectNow    = "57P03"
+	codeReadOnly            = "25006" // a primary demoted under the connection
 	classConnectionFailures = "08"
 	constraintOverrideCap   = "weight_override_cap"
 )
@@ -63,7 +64,7 @@ func mapError(op string, err error) error {
 		case pe.Code == codeDeadlock || pe.Code == codeSerialization:
 			return fmt.Errorf("weights: %s: %w", op, ErrRetry)
 		case pe.Code == codeTooManyConnections || pe.Code == codeAdminShutdown ||
-			pe.Code == codeCrashShutdown || pe.Code == codeCannotConnectNow ||
+			pe.Code == codeCrashShutdown || pe.Code == codeCannotConnectNow || pe.Code == codeReadOnly ||
 			strings.HasPrefix(pe.Code, classConnectionFailures):
 			return fmt.Errorf("weights: %s: %w: %s", op, ErrUnavailable, pe.Message)
 		}
