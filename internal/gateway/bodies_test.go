@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/internal/console"
 )
 
 // countingListener counts every byte the server reads from its
@@ -173,7 +175,7 @@ func TestBodiesCappedBeforeRead(t *testing.T) {
 			cookie = http.Header{"Cookie": {loginCookie + "=" + login}}
 		}
 		resp, read = rawPost(t, srv, ln, path, cookie, hugeBody, true)
-		check(path+" chunked, signed in", resp, read, []int{http.StatusRequestEntityTooLarge}, maxFormBytes)
+		check(path+" chunked, signed in", resp, read, []int{http.StatusRequestEntityTooLarge}, console.MaxFormBytes)
 	}
 
 	api := []string{"/v1/runs", "/v1/runs/batch", "/v1/runs/r1/cancel", "/v1/runs/r1/retry", "PUT /v1/admission",

@@ -22,7 +22,8 @@
 // (pkg/tenantcap: the read-only system limit HARVEST_MAX_RUNS and the
 // algorithm and TFM stored on shard 0, watched over NATS). Operators manage
 // weight overrides, quotas, admission and the audit log through the routes
-// of admin_routes.go, or in a browser at /admin (adminpage.go).
+// of admin_routes.go, or in a browser at /admin: the console
+// (internal/console), which the gateway mounts and serves (console.go).
 //
 // Over HTTP the caller is known by its bearer token (internal/auth); over
 // NATS the tenant is the last token of the subject and the NATS server's

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -255,49 +254,4 @@ func TestDeferredRunsCountAsScheduled(t *testing.T) {
 	status, body = b.call(t, "POST", "/v1/runs", secretA, deferredBody("sched", `"throttle":{"key":"t","limit":1,"period":"1h"}`))
 	require.Equal(t, http.StatusTooManyRequests, status, "one that must wait is held: %s", body)
 	b.startRun(t, secretA, http.StatusCreated, deferredBody("sched", `"debounce":{"key":"k1","period":"1h"}`))
-}
-
-// The administration page sets and clears a tenant's priority ceiling and
-// the scheduled share, audited as the API's changes are; a tenant's
-// session and a reading operator are refused (and audited).
-func TestConsolePriorityCeilingAndScheduledShare(t *testing.T) {
-	t.Parallel()
-	b := setup(t, setupOpts{Tokens: consoleTokens(t)})
-	br, _ := signIn(t, b, consoleRoot)
-	_, page := br.get("/admin")
-	require.Contains(t, page, "Priority ceilings")
-	require.Contains(t, page, `id="scheduled_share" name="scheduled_share" value="0.25"`)
-	csrf := csrfOf(t, page)
-
-	status, _, page := br.post("/admin/priority", url.Values{"tenant": {"acme"}, "max_priority": {"2000"}, "op": {"set"}, "csrf": {csrf}})
-	require.Equal(t, http.StatusBadRequest, status)
-	require.Contains(t, page, "max_priority")
-	status, loc, _ := br.post("/admin/priority", url.Values{"tenant": {"acme"}, "max_priority": {"40"}, "op": {"set"}, "csrf": {csrf}})
-	require.Equal(t, http.StatusSeeOther, status)
-	_, page = br.get(loc)
-	require.Contains(t, page, "<td>acme</td><td class=\"num\">40</td>")
-	require.Equal(t, 40, b.gw.adm.watcher.Ceilings().MaxPriority("acme"))
-	status, _, _ = br.post("/admin/priority", url.Values{"tenant": {"acme"}, "op": {"clear"}, "csrf": {csrf}})
-	require.Equal(t, http.StatusSeeOther, status)
-	require.Equal(t, 0, b.gw.adm.watcher.Ceilings().MaxPriority("acme"))
-	require.Equal(t, 2, b.count(t, 0, `SELECT count(*) FROM audit WHERE action = $1 AND outcome = 'ok' AND actor = 'root'`, tenantcap.PriorityAction))
-
-	status, _, _ = br.post("/admin/admission", url.Values{"algorithm": {"no_limit"}, "tfm": {"1"}, "scheduled_share": {"0.5"}, "csrf": {csrf}})
-	require.Equal(t, http.StatusSeeOther, status)
-	require.Equal(t, 0.5, b.gw.adm.watcher.Config().ScheduledShare)
-	status, _, page = br.post("/admin/admission", url.Values{"algorithm": {"no_limit"}, "tfm": {"1"}, "scheduled_share": {"2"}, "csrf": {csrf}})
-	require.Equal(t, http.StatusBadRequest, status)
-	require.Contains(t, page, "scheduled_share")
-
-	for _, secret := range []string{consoleOpsRead, consoleAcme} {
-		br, _ := signIn(t, b, secret)
-		_, page := br.get("/admin")
-		if secret == consoleAcme {
-			_, page = br.get("/admin/runs")
-		}
-		status, _, _ := br.post("/admin/priority", url.Values{"tenant": {"acme"}, "max_priority": {"1000"}, "op": {"set"}, "csrf": {csrfOf(t, page)}})
-		require.Equal(t, http.StatusForbidden, status)
-	}
-	require.Equal(t, 0, b.gw.adm.watcher.Ceilings().MaxPriority("acme"))
-	require.Positive(t, b.count(t, 0, `SELECT count(*) FROM audit WHERE action = $1 AND outcome = 'refused' AND actor = 'ops-ro'`, tenantcap.PriorityAction))
 }

@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 
@@ -73,47 +72,6 @@ func TestTenantKeysViewNamesNoOperator(t *testing.T) {
 	for _, s := range decode[api.KeysResult](t, out).Shards {
 		require.Equal(t, "root", s.Paused.By)
 	}
-}
-
-// A tenant's console session names no operator: the page of its run held
-// by a paused queue says the queue is paused, not by whom, and the run an
-// operator cancelled in the console says so without the operator's token,
-// on the page and over the API. The operator's session sees who paused.
-func TestConsoleTenantSeesNoOperator(t *testing.T) {
-	t.Parallel()
-	b := setup(t, setupOpts{})
-	_, err := b.client(t, secretRoot).PauseQueue(b.ctx, "pq")
-	require.NoError(t, err)
-	held := b.startRun(t, secretA, http.StatusCreated, `{"id":"held","name":"echo","queue":"pq"}`)
-	page := "/admin/runs/" + url.PathEscape(held.Tenant) + "/held"
-
-	tenant, _ := signIn(t, b, secretA)
-	status, body := tenant.get(page)
-	require.Equal(t, http.StatusOK, status, body)
-	require.Contains(t, body, `id="run-waiting"`)
-	require.Contains(t, body, "the queue is paused")
-	require.NotContains(t, body, "paused by")
-	require.NotContains(t, body, "by root")
-
-	op, _ := signIn(t, b, secretRoot)
-	status, body = op.get(page)
-	require.Equal(t, http.StatusOK, status, body)
-	require.Contains(t, body, "paused by root")
-
-	status, loc, body := op.post(page+"/cancel", url.Values{"csrf": {csrfOf(t, body)}})
-	require.Equal(t, http.StatusSeeOther, status, body)
-	require.Equal(t, page+"?done=cancelled", loc)
-	status, out := b.call(t, http.MethodGet, "/v1/runs/held", secretA, nil)
-	require.Equal(t, http.StatusOK, status, string(out))
-	run := decode[api.Run](t, out)
-	require.Equal(t, api.StatusCancelled, run.Status)
-	require.NotNil(t, run.Error)
-	require.Contains(t, *run.Error, "an operator")
-	require.NotContains(t, string(out), "root")
-	status, body = tenant.get(page)
-	require.Equal(t, http.StatusOK, status, body)
-	require.Contains(t, body, "cancelled by an operator")
-	require.NotContains(t, body, "by root")
 }
 
 // A run's id and name refuse the bidirectional controls, over HTTP (one

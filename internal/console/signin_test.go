@@ -1,82 +1,20 @@
-package gateway
+package console_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/harvest-run/harvest/internal/console"
+	"github.com/harvest-run/harvest/internal/gateway"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
-
-// fakeClock is a settable clock for session expiry.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// browser is an HTTP client with cookies that does not follow redirects.
-type browser struct {
-	t    *testing.T
-	base string
-	hc   *http.Client
-}
-
-func newBrowser(t *testing.T, base string) *browser {
-	jar, err := cookiejar.New(nil)
-	require.NoError(t, err)
-	return &browser{t: t, base: base, hc: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	}}}
-}
-
-func (br *browser) get(path string) (int, string) {
-	resp, err := br.hc.Get(br.base + path)
-	require.NoError(br.t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(br.t, err)
-	return resp.StatusCode, string(b)
-}
-
-func (br *browser) post(path string, form url.Values) (int, string, string) {
-	resp, err := br.hc.PostForm(br.base+path, form)
-	require.NoError(br.t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(br.t, err)
-	return resp.StatusCode, resp.Header.Get("Location"), string(b)
-}
-
-var csrfRe = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
-
-func csrfOf(t *testing.T, page string) string {
-	t.Helper()
-	m := csrfRe.FindStringSubmatch(page)
-	require.NotNil(t, m, page)
-	return m[1]
-}
 
 // The /admin page: sign-in with CSRF, refusal of a token without
 // config:read that is no tenant's (nothing shown), a tenant's token sent
@@ -86,7 +24,7 @@ func csrfOf(t *testing.T, page string) string {
 func TestAdminPageSessions(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
-	b := setup(t, setupOpts{Now: clock.Now})
+	b := serve(t, siteOpts{Now: clock.Now})
 	br := newBrowser(t, b.srv.URL)
 
 	status, page := br.get("/admin")
@@ -96,14 +34,14 @@ func TestAdminPageSessions(t *testing.T) {
 	require.NotEmpty(t, csrfOf(t, page))
 
 	// Without the form's CSRF value: refused.
-	status, _, page = br.post("/admin/login", url.Values{"token": {secretRoot}, "csrf": {"forged"}})
+	status, _, page = br.post("/admin/login", url.Values{"token": {consoleRoot}, "csrf": {"forged"}})
 	require.Equal(t, 403, status)
 	require.NotContains(t, page, "Max Workflow Runs")
 	login := csrfOf(t, page)
 
 	// An administrator without config:read: refused, nothing of the
 	// configuration shown, no session.
-	status, _, page = br.post("/admin/login", url.Values{"token": {secretWRead}, "csrf": {login}})
+	status, _, page = br.post("/admin/login", url.Values{"token": {consoleNobody}, "csrf": {login}})
 	require.Equal(t, 403, status, page)
 	require.Contains(t, page, "lacks the config:read privilege")
 	require.NotContains(t, page, "Max Workflow Runs")
@@ -118,7 +56,7 @@ func TestAdminPageSessions(t *testing.T) {
 	// shows.
 	tb := newBrowser(t, b.srv.URL)
 	_, page = tb.get("/admin")
-	status, loc, page := tb.post("/admin/login", url.Values{"token": {secretA}, "csrf": {csrfOf(t, page)}})
+	status, loc, page := tb.post("/admin/login", url.Values{"token": {consoleAcme}, "csrf": {csrfOf(t, page)}})
 	require.Equal(t, 303, status, page)
 	require.Equal(t, "/admin/runs", loc)
 	resp, err := tb.hc.Get(b.srv.URL + "/admin")
@@ -128,26 +66,26 @@ func TestAdminPageSessions(t *testing.T) {
 	require.Equal(t, "/admin/runs", resp.Header.Get("Location"))
 	status, page = tb.get("/admin/runs")
 	require.Equal(t, 200, status, page)
-	require.Contains(t, page, "tenant <strong id=\"session-tenant\">"+tenantOn[0]+"</strong>")
+	require.Contains(t, page, "tenant <strong id=\"session-tenant\">acme</strong>")
 	require.NotContains(t, page, "Max Workflow Runs")
 	require.NotContains(t, page, "Algorithm")
 	status, _, page = tb.post("/admin/admission", url.Values{"algorithm": {"dynamic"}, "tfm": {"3"}, "csrf": {csrfOf(t, page)}})
 	require.Equal(t, 403, status)
 	require.NotContains(t, page, "Max Workflow Runs")
-	require.Equal(t, tenantcap.NoLimit, b.gw.adm.watcher.Config().Algorithm)
+	require.Equal(t, tenantcap.NoLimit, b.admission(t).Algorithm)
 	status, _, page = br.post("/admin/login", url.Values{"token": {"nope"}, "csrf": {login}})
 	require.Equal(t, 401, status)
 	require.Contains(t, page, "Unknown token")
 	login = csrfOf(t, page)
 
 	// The administrator signs in.
-	resp, err = br.hc.PostForm(b.srv.URL+"/admin/login", url.Values{"token": {secretRoot}, "csrf": {login}})
+	resp, err = br.hc.PostForm(b.srv.URL+"/admin/login", url.Values{"token": {consoleRoot}, "csrf": {login}})
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, 303, resp.StatusCode)
 	var cookie *http.Cookie
 	for _, c := range resp.Cookies() {
-		if c.Name == sessionCookie {
+		if c.Name == console.SessionCookie {
 			cookie = c
 		}
 	}
@@ -155,7 +93,7 @@ func TestAdminPageSessions(t *testing.T) {
 	require.True(t, cookie.HttpOnly)
 	require.Equal(t, http.SameSiteStrictMode, cookie.SameSite)
 	require.Equal(t, 1800, cookie.MaxAge)
-	require.NotContains(t, cookie.Value, secretRoot)
+	require.NotContains(t, cookie.Value, consoleRoot)
 
 	status, page = br.get("/admin")
 	require.Equal(t, 200, status)
@@ -167,7 +105,7 @@ func TestAdminPageSessions(t *testing.T) {
 	// Saving with a wrong CSRF token changes nothing.
 	status, _, _ = br.post("/admin/admission", url.Values{"algorithm": {"dynamic"}, "tfm": {"3"}, "csrf": {"wrong"}})
 	require.Equal(t, 403, status)
-	require.Equal(t, tenantcap.NoLimit, b.gw.adm.watcher.Config().Algorithm)
+	require.Equal(t, tenantcap.NoLimit, b.admission(t).Algorithm)
 
 	// A bad TFM is refused (400) with the typed values kept.
 	status, _, page = br.post("/admin/admission", url.Values{"algorithm": {"dynamic"}, "tfm": {"-2"}, "csrf": {csrf}})
@@ -182,7 +120,9 @@ func TestAdminPageSessions(t *testing.T) {
 	require.Equal(t, 200, status)
 	require.Contains(t, page, "Saved: algorithm Dynamic, TFM 3")
 	require.Contains(t, page, `<option value="dynamic" selected>Dynamic</option>`)
-	require.Equal(t, tenantcap.Config{Algorithm: tenantcap.Dynamic, TFM: 3}, b.gw.adm.watcher.Config())
+	view := b.admission(t)
+	require.Equal(t, tenantcap.Dynamic, view.Algorithm)
+	require.Equal(t, 3.0, view.TFM)
 	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM audit WHERE action = 'admission.set' AND actor = 'root' AND outcome = 'ok'`))
 	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM audit WHERE action = 'admission.set' AND actor = 'root' AND outcome = 'refused'`))
 
@@ -199,11 +139,11 @@ func TestAdminPageSessions(t *testing.T) {
 	status, _, page = br.post("/admin/admission", url.Values{"algorithm": {"static"}, "tfm": {"1"}, "csrf": {csrf}})
 	require.Equal(t, 401, status)
 	require.Contains(t, page, `action="/admin/login"`)
-	require.Equal(t, tenantcap.Dynamic, b.gw.adm.watcher.Config().Algorithm)
+	require.Equal(t, tenantcap.Dynamic, b.admission(t).Algorithm)
 
-	// Sign in again (ops: config:read only), then sign out.
+	// Sign in again (ops-ro: config:read, no config:write), then sign out.
 	login = csrfOf(t, page)
-	status, _, _ = br.post("/admin/login", url.Values{"token": {secretAdmin}, "csrf": {login}})
+	status, _, _ = br.post("/admin/login", url.Values{"token": {consoleOpsRead}, "csrf": {login}})
 	require.Equal(t, 303, status)
 	status, page = br.get("/admin")
 	require.Equal(t, 200, status)
@@ -212,7 +152,7 @@ func TestAdminPageSessions(t *testing.T) {
 	status, _, page = br.post("/admin/admission", url.Values{"algorithm": {"static"}, "tfm": {"1"}, "csrf": {csrf}})
 	require.Equal(t, 403, status)
 	require.Contains(t, page, "lacks the config:write privilege")
-	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM audit WHERE actor = 'ops' AND outcome = 'refused'`))
+	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM audit WHERE actor = 'ops-ro' AND outcome = 'refused'`))
 	status, _, _ = br.post("/admin/logout", url.Values{"csrf": {"wrong"}})
 	require.Equal(t, 403, status, "sign-out checks CSRF too")
 	status, loc, _ = br.post("/admin/logout", url.Values{"csrf": {csrf}})
@@ -224,39 +164,19 @@ func TestAdminPageSessions(t *testing.T) {
 	require.True(t, strings.Contains(page, "Sign in"))
 }
 
-// The page lists weight overrides per queue and the latest audit rows.
-func TestAdminPageShowsOverridesAndAudit(t *testing.T) {
-	t.Parallel()
-	b := setup(t, setupOpts{})
-	c := b.client(t, secretRoot)
-	_, err := c.SetWeight(b.ctx, "orders.eu", "vip", 4)
-	require.NoError(t, err)
-	fillRuns(t, b, tenantOn[1], 2)
-	br := newBrowser(t, b.srv.URL)
-	_, page := br.get("/admin")
-	status, _, _ := br.post("/admin/login", url.Values{"token": {secretAdmin}, "csrf": {csrfOf(t, page)}})
-	require.Equal(t, 303, status)
-	status, page = br.get("/admin")
-	require.Equal(t, 200, status)
-	require.Regexp(t, `<td>orders.eu</td><td>vip</td><td class="num">4</td>`, page)
-	require.Regexp(t, `<td>`+tenantOn[1]+`</td><td class="num">2</td>`, page)
-	require.Contains(t, page, "weight.set")
-	require.Contains(t, page, "<td>root</td>")
-}
-
 // The sign-in form's CSRF value must be one this gateway issued: a cookie
 // and form field of the caller's choosing, however equal, are refused; an
 // issued value that expired is refused too.
 func TestAdminSignInTakesOnlyIssuedValues(t *testing.T) {
 	t.Parallel()
 	clock := &fakeClock{now: time.Now()}
-	b := setup(t, setupOpts{Now: clock.Now})
+	b := serve(t, siteOpts{Now: clock.Now})
 	login := func(cookie, csrf string) *http.Response {
 		req, err := http.NewRequest("POST", b.srv.URL+"/admin/login",
-			strings.NewReader(url.Values{"token": {secretRoot}, "csrf": {csrf}}.Encode()))
+			strings.NewReader(url.Values{"token": {consoleRoot}, "csrf": {csrf}}.Encode()))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.AddCookie(&http.Cookie{Name: loginCookie, Value: cookie})
+		req.AddCookie(&http.Cookie{Name: console.LoginCookie, Value: cookie})
 		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		}}).Do(req)
@@ -268,12 +188,12 @@ func TestAdminSignInTakesOnlyIssuedValues(t *testing.T) {
 		resp := login(forged, forged)
 		require.Equal(t, http.StatusForbidden, resp.StatusCode, forged)
 		for _, c := range resp.Cookies() {
-			require.NotEqual(t, sessionCookie, c.Name, "a session from a forged form")
+			require.NotEqual(t, console.SessionCookie, c.Name, "a session from a forged form")
 		}
 	}
 	_, page := newBrowser(t, b.srv.URL).get("/admin")
 	issued := csrfOf(t, page)
-	clock.Add(loginTTL + time.Second)
+	clock.Add(console.LoginTTL + time.Second)
 	require.Equal(t, http.StatusForbidden, login(issued, issued).StatusCode, "expired")
 	_, page = newBrowser(t, b.srv.URL).get("/admin")
 	issued = csrfOf(t, page)
@@ -284,8 +204,8 @@ func TestAdminSignInTakesOnlyIssuedValues(t *testing.T) {
 // or always when so configured.
 func TestAdminCookiesSecureBehindAProxy(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{})
-	secure := func(g *Gateway, proto string) bool {
+	b := serve(t, siteOpts{})
+	secure := func(g *gateway.Gateway, proto string) bool {
 		req := httptest.NewRequest("GET", "http://gw/admin", nil)
 		if proto != "" {
 			req.Header.Set("X-Forwarded-Proto", proto)
@@ -299,12 +219,74 @@ func TestAdminCookiesSecureBehindAProxy(t *testing.T) {
 	require.False(t, secure(b.gw, ""))
 	require.True(t, secure(b.gw, "https"))
 	require.False(t, secure(b.gw, "http"))
-	cfg := b.gw.cfg
-	cfg.CookieSecure = CookieSecureAlways
-	g, err := New(Options{Config: cfg, Tokens: b.tokens})
+	cfg := b.cfg
+	cfg.CookieSecure = gateway.CookieSecureAlways
+	g, err := gateway.New(gateway.Options{Config: cfg, Tokens: b.tokens})
 	require.NoError(t, err)
 	defer g.Close()
 	require.True(t, secure(g, ""))
 	cfg.CookieSecure = "sometimes"
 	require.ErrorContains(t, cfg.Validate(), "HARVEST_GATEWAY_COOKIE_SECURE")
+}
+
+// Sign-ins are paced per token: ten in a row, then 429 with Retry-After
+// until the bucket refills, while other tokens sign in as usual. Over
+// HTTP, a tenant signing in again and again keeps at most five sessions
+// and leaves the operator's session working.
+func TestConsoleSignInsPacedAndCapped(t *testing.T) {
+	t.Parallel()
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+	b := serve(t, siteOpts{Now: clock.Now})
+	ops, _ := signIn(t, b, consoleRoot)
+
+	// One sign-in form's value, replayed as a script would.
+	_, page := newBrowser(t, b.srv.URL).get("/admin")
+	login := csrfOf(t, page)
+	h := b.gw.Handler()
+	post := func(secret string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/admin/login", strings.NewReader(url.Values{"token": {secret}, "csrf": {login}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(&http.Cookie{Name: console.LoginCookie, Value: login})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	var sessions []string
+	for i := range 10 {
+		rec := post(consoleAcme)
+		require.Equal(t, http.StatusSeeOther, rec.Code, "sign-in %d", i)
+		for _, c := range rec.Result().Cookies() {
+			if c.Name == console.SessionCookie && c.Value != "" {
+				sessions = append(sessions, c.Value)
+			}
+		}
+	}
+	rec := post(consoleAcme)
+	require.Equal(t, http.StatusTooManyRequests, rec.Code)
+	require.Equal(t, "6", rec.Header().Get("Retry-After"))
+	require.Contains(t, rec.Body.String(), "signed in too often")
+	require.Equal(t, http.StatusSeeOther, post(consoleGlobex).Code, "another token is not held back")
+	for range 200 {
+		require.Equal(t, http.StatusTooManyRequests, post(consoleAcme).Code)
+	}
+	clock.Add(6 * time.Second)
+	require.Equal(t, http.StatusSeeOther, post(consoleAcme).Code, "the bucket refilled by one")
+
+	require.Len(t, sessions, 10)
+	live := 0
+	for _, id := range sessions {
+		// A live session of a tenant's token goes to its runs; an ended
+		// one gets the sign-in form.
+		req := httptest.NewRequest("GET", "/admin", nil)
+		req.AddCookie(&http.Cookie{Name: console.SessionCookie, Value: id})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code == http.StatusSeeOther {
+			live++
+		}
+	}
+	require.Equal(t, 4, live, "the token keeps its five newest sessions (the last sign-in is the fifth)")
+	status, page := ops.get("/admin")
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, page, "Max Workflow Runs", "the operator's session still works")
 }

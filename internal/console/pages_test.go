@@ -1,77 +1,21 @@
-package gateway
+package console_test
 
 import (
-	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/pkg/api"
 )
-
-// Secrets of the console tests' tokens.
-const (
-	consoleAcme     = "console-acme"     // acme: runs:start, runs:read
-	consoleAcmeRead = "console-acme-ro"  // acme: runs:read
-	consoleGlobex   = "console-globex"   // globex: runs:start, runs:read
-	consoleRoot     = "console-root"     // operator: config:*, weights:*
-	consoleOpsRead  = "console-ops-read" // operator: config:read, weights:read
-	consoleNobody   = "console-nobody"   // operator without config:read: weights:read
-)
-
-func consoleTokens(t *testing.T) *auth.TokenSet {
-	t.Helper()
-	set, err := auth.ParseTokens([]byte("[" + strings.Join([]string{
-		entry("acme-ci", consoleAcme, "acme", "runs:start", "runs:read"),
-		entry("acme-ro", consoleAcmeRead, "acme", "runs:read"),
-		entry("globex-ci", consoleGlobex, "globex", "runs:start", "runs:read"),
-		entry("root", consoleRoot, "", "config:read", "config:write", "weights:read", "weights:write"),
-		entry("ops-ro", consoleOpsRead, "", "config:read", "weights:read"),
-		entry("nobody", consoleNobody, "", "weights:read"),
-	}, ",") + "]"))
-	require.NoError(t, err)
-	return set
-}
-
-// signIn signs a fresh browser in with secret and returns it with the
-// redirect of the sign-in.
-func signIn(t *testing.T, b *bundle, secret string) (*browser, string) {
-	t.Helper()
-	br := newBrowser(t, b.srv.URL)
-	_, page := br.get("/admin")
-	status, loc, page := br.post("/admin/login", url.Values{"token": {secret}, "csrf": {csrfOf(t, page)}})
-	require.Equal(t, http.StatusSeeOther, status, page)
-	return br, loc
-}
-
-// getWithLocation is get that also returns the Location header.
-func (br *browser) getWithLocation(path string) (int, string, string) {
-	resp, err := br.hc.Get(br.base + path)
-	require.NoError(br.t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(br.t, err)
-	return resp.StatusCode, resp.Header.Get("Location"), string(body)
-}
-
-// startRun starts a run through the HTTP API with a tenant's token.
-func startRun(t *testing.T, b *bundle, secret, queue string) api.Run {
-	t.Helper()
-	status, out := b.call(t, "POST", "/v1/runs", secret, map[string]any{"name": "echo", "queue": queue, "input": map[string]int{"n": 1}})
-	require.Equal(t, http.StatusCreated, status, string(out))
-	return decode[api.Run](t, out)
-}
 
 // A tenant's session sees its own runs and nothing else: every console
 // route naming another tenant, the operator's pages and the operator's
 // actions are refused, and no answer holds the other tenant's data.
 func TestConsoleTenantIsolation(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{Tokens: consoleTokens(t)})
+	b := serve(t, siteOpts{})
 	mine := startRun(t, b, consoleAcme, "shared")
 	theirs := startRun(t, b, consoleGlobex, "shared")
 
@@ -189,7 +133,7 @@ func TestConsoleTenantIsolation(t *testing.T) {
 // weights:write only.
 func TestConsoleOperator(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{Tokens: consoleTokens(t)})
+	b := serve(t, siteOpts{})
 	const odd = `<b>x</b> / q`
 	acme := startRun(t, b, consoleAcme, odd)
 	globex := startRun(t, b, consoleGlobex, "shared")
@@ -316,7 +260,7 @@ func TestConsoleOperator(t *testing.T) {
 // a reading operator is refused and audited.
 func TestConsoleFairness(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{Tokens: consoleTokens(t)})
+	b := serve(t, siteOpts{})
 	br, _ := signIn(t, b, consoleRoot)
 	qpath := "/admin/queues/fq"
 	status, page := br.get(qpath)
@@ -398,4 +342,46 @@ func TestConsoleFairness(t *testing.T) {
 	status, _, _ = tb.post(qpath+"/group-weights", url.Values{"csrf": {csrfOf(t, page)}, "group": {"acme"}, "weight": {"9"}, "op": {"set"}})
 	require.Equal(t, 403, status)
 	require.Zero(t, b.count(t, 0, `SELECT count(*) FROM group_weights`))
+}
+
+// A tenant's console session names no operator: the page of its run held
+// by a paused queue says the queue is paused, not by whom, and the run an
+// operator cancelled in the console says so without the operator's token,
+// on the page and over the API. The operator's session sees who paused.
+func TestConsoleTenantSeesNoOperator(t *testing.T) {
+	t.Parallel()
+	b := serve(t, siteOpts{})
+	status, out := b.call(t, http.MethodPost, "/v1/queues/pq/pause", consoleRoot, nil)
+	require.Equal(t, http.StatusOK, status, string(out))
+	status, out = b.call(t, http.MethodPost, "/v1/runs", consoleAcme, map[string]any{"id": "held", "name": "echo", "queue": "pq"})
+	require.Equal(t, http.StatusCreated, status, string(out))
+	page := "/admin/runs/acme/held"
+
+	tenant, _ := signIn(t, b, consoleAcme)
+	status, body := tenant.get(page)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, `id="run-waiting"`)
+	require.Contains(t, body, "the queue is paused")
+	require.NotContains(t, body, "paused by")
+	require.NotContains(t, body, "by root")
+
+	op, _ := signIn(t, b, consoleRoot)
+	status, body = op.get(page)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, "paused by root")
+
+	status, loc, body := op.post(page+"/cancel", url.Values{"csrf": {csrfOf(t, body)}})
+	require.Equal(t, http.StatusSeeOther, status, body)
+	require.Equal(t, page+"?done=cancelled", loc)
+	status, out = b.call(t, http.MethodGet, "/v1/runs/held", consoleAcme, nil)
+	require.Equal(t, http.StatusOK, status, string(out))
+	run := decode[api.Run](t, out)
+	require.Equal(t, api.StatusCancelled, run.Status)
+	require.NotNil(t, run.Error)
+	require.Contains(t, *run.Error, "an operator")
+	require.NotContains(t, string(out), "root")
+	status, body = tenant.get(page)
+	require.Equal(t, http.StatusOK, status, body)
+	require.Contains(t, body, "cancelled by an operator")
+	require.NotContains(t, body, "by root")
 }

@@ -1,4 +1,4 @@
-package gateway
+package console
 
 import (
 	"bytes"
@@ -6,8 +6,6 @@ import (
 	"html/template"
 	"strconv"
 	"time"
-
-	"github.com/harvest-run/harvest/internal/console"
 )
 
 // The share chart of a queue's page: which keys got the claims of the last
@@ -130,7 +128,7 @@ func (l chartLegend) TextY() int { return l.Y + 10 }
 // with claims is a full column; one without is a faint outline), and a
 // legend with each key's share of the whole window. The result is built
 // only from escaped template output.
-func shareChart(s console.Shares) template.HTML {
+func shareChart(s Shares) template.HTML {
 	buckets := len(s.Total)
 	for _, c := range s.Counts {
 		buckets = max(buckets, len(c))
@@ -152,7 +150,7 @@ func shareChart(s console.Shares) template.HTML {
 	colours := make([]string, len(keys))
 	next := 0
 	for k, key := range keys {
-		if key == console.OtherKey {
+		if key == OtherKey {
 			colours[k] = otherColour
 			continue
 		}

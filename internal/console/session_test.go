@@ -1,16 +1,31 @@
-package gateway
+package console
 
 import (
 	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"net/url"
-	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
+
+// fakeClock is a settable clock for the sessions' expiry and pace.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
 
 // testLimits are the default per-token bounds.
 var testLimits = sessionLimits{perPrincipal: 5, signInsPerMinute: 10}
@@ -162,60 +177,4 @@ func TestSessionsFullPoolSharesFairly(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, s.pooled[0])
 	checkSessionIndex(t, s)
-}
-
-// Sign-ins are paced per token: ten in a row, then 429 with Retry-After
-// until the bucket refills, while other tokens sign in as usual. Over
-// HTTP, a tenant signing in again and again keeps at most five sessions
-// and leaves the operator's session working.
-func TestConsoleSignInsPacedAndCapped(t *testing.T) {
-	t.Parallel()
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
-	b := setup(t, setupOpts{Tokens: consoleTokens(t), Now: clock.Now})
-	ops, _ := signIn(t, b, consoleRoot)
-
-	// One sign-in form's value, replayed as a script would.
-	_, page := newBrowser(t, b.srv.URL).get("/admin")
-	login := csrfOf(t, page)
-	h := b.gw.Handler()
-	post := func(secret string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest("POST", "/admin/login", strings.NewReader(url.Values{"token": {secret}, "csrf": {login}}.Encode()))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.AddCookie(&http.Cookie{Name: loginCookie, Value: login})
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		return rec
-	}
-	var sessions []string
-	for i := range 10 {
-		rec := post(consoleAcme)
-		require.Equal(t, http.StatusSeeOther, rec.Code, "sign-in %d", i)
-		for _, c := range rec.Result().Cookies() {
-			if c.Name == sessionCookie && c.Value != "" {
-				sessions = append(sessions, c.Value)
-			}
-		}
-	}
-	rec := post(consoleAcme)
-	require.Equal(t, http.StatusTooManyRequests, rec.Code)
-	require.Equal(t, "6", rec.Header().Get("Retry-After"))
-	require.Contains(t, rec.Body.String(), "signed in too often")
-	require.Equal(t, http.StatusSeeOther, post(consoleGlobex).Code, "another token is not held back")
-	for range 200 {
-		require.Equal(t, http.StatusTooManyRequests, post(consoleAcme).Code)
-	}
-	clock.Add(6 * time.Second)
-	require.Equal(t, http.StatusSeeOther, post(consoleAcme).Code, "the bucket refilled by one")
-
-	require.Len(t, sessions, 10)
-	live := 0
-	for _, id := range sessions {
-		if _, ok := b.gw.sessions.get(id); ok {
-			live++
-		}
-	}
-	require.Equal(t, 4, live, "the token keeps its five newest sessions (the last sign-in is the fifth)")
-	status, page := ops.get("/admin")
-	require.Equal(t, http.StatusOK, status)
-	require.Contains(t, page, "Max Workflow Runs", "the operator's session still works")
 }

@@ -1,4 +1,4 @@
-package gateway
+package console
 
 import (
 	"regexp"
@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/harvest-run/harvest/internal/console"
 )
 
 var legendRe = regexp.MustCompile(`data-key="([^"]*)" data-share="([0-9.]+)"`)
@@ -23,8 +21,8 @@ func legendShares(t *testing.T, svg string) map[string]string {
 	return out
 }
 
-func shares(keys []string, counts ...[]int) console.Shares {
-	s := console.Shares{Bucket: shareBucket, End: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC), Keys: keys, Counts: counts,
+func shares(keys []string, counts ...[]int) Shares {
+	s := Shares{Bucket: shareBucket, End: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC), Keys: keys, Counts: counts,
 		Total: make([]int, shareBuckets)}
 	for _, c := range counts {
 		for b, n := range c {
@@ -44,7 +42,7 @@ func buckets(f func(b int) int) []int {
 
 func TestShareChartEmpty(t *testing.T) {
 	t.Parallel()
-	svg := string(shareChart(console.Shares{Bucket: shareBucket, End: time.Now()}))
+	svg := string(shareChart(Shares{Bucket: shareBucket, End: time.Now()}))
 	require.Contains(t, svg, `<svg id="share-chart"`)
 	require.Contains(t, svg, "No claims in the last five minutes")
 	require.Equal(t, shareBuckets, strings.Count(svg, `fill="none"`), "every bucket an outline")
@@ -78,12 +76,12 @@ func TestShareChartTwoKeysHalfEach(t *testing.T) {
 // areas; the sum of the other keys is grey.
 func TestShareChartFloodAndTrickle(t *testing.T) {
 	t.Parallel()
-	svg := string(shareChart(shares([]string{"flood", "trickle", console.OtherKey},
+	svg := string(shareChart(shares([]string{"flood", "trickle", OtherKey},
 		buckets(func(int) int { return 95 }), buckets(func(int) int { return 5 }), buckets(func(int) int { return 0 }))))
 	got := legendShares(t, svg)
 	require.Equal(t, "0.950", got["flood"])
 	require.Equal(t, "0.050", got["trickle"])
-	require.Equal(t, "0.000", got[console.OtherKey])
+	require.Equal(t, "0.000", got[OtherKey])
 	require.Equal(t, shareBuckets, strings.Count(svg, `height="152" fill="#2a5bd7"`))
 	require.Equal(t, shareBuckets, strings.Count(svg, `height="8" fill="#e07b00"`))
 	require.Contains(t, svg, `fill="`+otherColour+`"`)

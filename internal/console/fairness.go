@@ -1,4 +1,4 @@
-package gateway
+package console
 
 import (
 	"context"
@@ -37,9 +37,9 @@ type fairnessRow struct {
 }
 
 // fairness reads the modes of queue for its page.
-func (g *Gateway) fairness(ctx context.Context, p auth.Principal, queue string) *fairnessView {
+func (c *Console) fairness(ctx context.Context, p auth.Principal, queue string) *fairnessView {
 	v := &fairnessView{Charge: api.ChargeClaims, CanWrite: p.Has(auth.WeightsWrite)}
-	res, err := weights.Fairness(ctx, g.weightShards(), queue, g.readOpts(p)...)
+	res, err := weights.Fairness(ctx, c.weightShards(), queue, readOpts(p)...)
 	if err != nil {
 		v.Note = "Fairness modes unavailable: " + err.Error()
 		return v
@@ -72,21 +72,21 @@ func (g *Gateway) fairness(ctx context.Context, p auth.Principal, queue string) 
 	return v
 }
 
-func (g *Gateway) pageQueueFairness(w http.ResponseWriter, r *http.Request) {
-	g.fairnessAction(w, r, false)
+func (c *Console) pageQueueFairness(w http.ResponseWriter, r *http.Request) {
+	c.fairnessAction(w, r, false)
 }
 
-func (g *Gateway) pageQueueGroupWeight(w http.ResponseWriter, r *http.Request) {
-	g.fairnessAction(w, r, true)
+func (c *Console) pageQueueGroupWeight(w http.ResponseWriter, r *http.Request) {
+	c.fairnessAction(w, r, true)
 }
 
 // fairnessAction changes a queue's modes, or with group a group's weight
 // (set, or cleared with op=clear), on every shard from the queue's page.
 // The form is read only once the session is checked, and used only once
-// its CSRF token is (consolePOST). The change writes its own audit row on
+// its CSRF token is (sessionPOST). The change writes its own audit row on
 // each shard; a refusal is audited here.
-func (g *Gateway) fairnessAction(w http.ResponseWriter, r *http.Request, group bool) {
-	sess, p, rl, ok := g.consolePOST(w, r)
+func (c *Console) fairnessAction(w http.ResponseWriter, r *http.Request, group bool) {
+	sess, p, rl, ok := c.sessionPOST(w, r)
 	if !ok {
 		return
 	}
@@ -107,13 +107,13 @@ func (g *Gateway) fairnessAction(w http.ResponseWriter, r *http.Request, group b
 	}
 	switch {
 	case rl != roleOperator:
-		g.refuseAction(w, r, sess, p, rl, action, "", nil, fmt.Sprintf("Token %q may not change how a queue is shared: that is for operators", p.Name))
+		c.refuseAction(w, r, sess, p, rl, action, "", nil, fmt.Sprintf("Token %q may not change how a queue is shared: that is for operators", p.Name))
 		return
 	case !p.Has(auth.WeightsWrite):
-		g.refuseAction(w, r, sess, p, rl, action, queue, attempted, fmt.Sprintf("Token %q lacks the %s privilege", p.Name, auth.WeightsWrite))
+		c.refuseAction(w, r, sess, p, rl, action, queue, attempted, fmt.Sprintf("Token %q lacks the %s privilege", p.Name, auth.WeightsWrite))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), consoleTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)
 	defer cancel()
 	d := base("Queue "+queue, sess, p, rl)
 
@@ -123,7 +123,7 @@ func (g *Gateway) fairnessAction(w http.ResponseWriter, r *http.Request, group b
 	done := "fairness"
 	if action == weights.ActionQueueFairness {
 		var res api.QueueFairnessResult
-		res, err = g.setFairnessForm(ctx, p.Name, queue, form.Get("two_level"), form.Get("charge"))
+		res, err = c.setFairnessForm(ctx, p.Name, queue, form.Get("two_level"), form.Get("charge"))
 		status, unavailable = res.Status(), res.UnavailableShards
 	} else {
 		var weight *float64
@@ -139,7 +139,7 @@ func (g *Gateway) fairnessAction(w http.ResponseWriter, r *http.Request, group b
 		}
 		if err == nil {
 			var res api.GroupWeightResult
-			res, err = weights.SetGroupWeight(ctx, g.weightShards(), p.Name, queue, strings.TrimSpace(form.Get("group")), weight, g.weightOpts()...)
+			res, err = c.be.SetGroupWeight(ctx, p.Name, queue, strings.TrimSpace(form.Get("group")), weight)
 			status, unavailable = res.Status(), res.UnavailableShards
 		}
 	}
@@ -150,12 +150,12 @@ func (g *Gateway) fairnessAction(w http.ResponseWriter, r *http.Request, group b
 			msg = ae.Message
 		}
 		d.Error = "Not changed: " + msg
-		g.queuePage(w, r, http.StatusBadRequest, d, p, queue, nil)
+		c.queuePage(w, r, http.StatusBadRequest, d, p, queue, nil)
 		return
 	}
 	if status != http.StatusOK {
 		d.Error = fmt.Sprintf("Shards %v did not take the change; send it again.", unavailable)
-		g.queuePage(w, r, status, d, p, queue, nil)
+		c.queuePage(w, r, status, d, p, queue, nil)
 		return
 	}
 	http.Redirect(w, r, queuePath(queue)+"?done="+done, http.StatusSeeOther)
@@ -163,7 +163,7 @@ func (g *Gateway) fairnessAction(w http.ResponseWriter, r *http.Request, group b
 
 // setFairnessForm sends the fairness form: two_level "on" or "off", and a
 // charge.
-func (g *Gateway) setFairnessForm(ctx context.Context, actor, queue, twoLevel, charge string) (api.QueueFairnessResult, error) {
+func (c *Console) setFairnessForm(ctx context.Context, actor, queue, twoLevel, charge string) (api.QueueFairnessResult, error) {
 	var req api.QueueFairnessRequest
 	switch twoLevel {
 	case "on", "off":
@@ -176,5 +176,5 @@ func (g *Gateway) setFairnessForm(ctx context.Context, actor, queue, twoLevel, c
 	if charge != "" {
 		req.Charge = &charge
 	}
-	return weights.SetFairness(ctx, g.weightShards(), actor, queue, req, g.weightOpts()...)
+	return c.be.SetFairness(ctx, actor, queue, req)
 }
