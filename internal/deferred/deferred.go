@@ -717,8 +717,11 @@ func nextSlot(seq []time.Time, limit int, period time.Duration, now time.Time) t
 	return t
 }
 
-// retryable reports a transaction the database broke on purpose.
+// retryable reports a transaction the database broke on purpose, or one
+// refused whole by a server that stopped being the primary (25006: the
+// pool closed that connection, so the next attempt connects afresh and
+// reaches the new primary, or fails to connect and is not retried).
 func retryable(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
+	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "25006")
 }

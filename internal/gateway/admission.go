@@ -31,6 +31,8 @@ type admission struct {
 	loaded atomic.Bool
 
 	decisions metric.Int64Counter
+	// outcomes are the counter's attribute sets, by outcome.
+	outcomes map[string]metric.MeasurementOption
 
 	ctx    context.Context // ends with close
 	cancel context.CancelFunc
@@ -81,6 +83,10 @@ func (g *Gateway) initAdmission() error {
 		metric.WithDescription("Admission decisions on new runs, by outcome (admitted, refused_tenant_limit, refused_system_limit, config_not_loaded, error)."),
 		metric.WithUnit("{decision}")); err != nil {
 		return fmt.Errorf("gateway: metrics: %w", err)
+	}
+	a.outcomes = map[string]metric.MeasurementOption{}
+	for _, o := range []string{admitAdmitted, admitRefusedTenant, admitRefusedSystem, admitNotLoaded, admitError} {
+		a.outcomes[o] = metric.WithAttributeSet(attribute.NewSet(attribute.String("outcome", o)))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.ctx, a.cancel = ctx, cancel
@@ -140,32 +146,63 @@ func (a *admission) close() {
 	}
 }
 
-// Guard implements runstore.Guarder. Before the configuration is loaded
-// there is no guard: Admit refuses every start then.
-func (h admitHook) Guard(r runstore.GuardRequest) (runstore.Guard, bool) {
+// Rule implements runstore.Ruler: the rule the committers' statements
+// judge new runs by. Before the configuration is loaded there is none, and
+// every new run is refused with 503 (a replay is still answered).
+func (h admitHook) Rule(shard int) (tenantcap.Rule, error) {
 	if !h.a.loaded.Load() {
-		return runstore.Guard{}, false
+		return tenantcap.Rule{}, errNotLoaded()
 	}
-	return h.a.adm.Guard(r)
+	return h.a.adm.Rule(shard)
 }
 
-// Admitted counts the runs a guarded group admitted.
-func (h admitHook) Admitted(n int) {
-	h.a.decisions.Add(context.Background(), int64(n), metric.WithAttributes(attribute.String("outcome", admitAdmitted)))
+// Acquire implements runstore.Ruler: capacity for starts the shard's lease
+// could not cover.
+func (h admitHook) Acquire(ctx context.Context, shard, need int) (int, error) {
+	return h.a.adm.Acquire(ctx, shard, need)
+}
+
+// Decided implements runstore.Ruler: it counts a group's decisions by
+// outcome.
+func (h admitHook) Decided(admitted int, refused []tenantcap.Decision) {
+	ctx := context.Background()
+	if admitted > 0 {
+		h.a.decisions.Add(ctx, int64(admitted), h.a.outcome(admitAdmitted))
+	}
+	for _, d := range refused {
+		h.a.decisions.Add(ctx, 1, h.a.outcome(refusalOutcome(d.Reason)))
+	}
+}
+
+// refusalOutcome is the decision counter's outcome of a refusal.
+func refusalOutcome(r tenantcap.Reason) string {
+	switch r {
+	case tenantcap.ReasonSystem:
+		return admitRefusedSystem
+	case tenantcap.ReasonUnavailable:
+		return admitNotLoaded
+	}
+	return admitRefusedTenant
+}
+
+// errNotLoaded refuses new runs while the configuration is not loaded.
+func errNotLoaded() *api.Error {
+	return api.NewError(api.CodeUnavailable, "admission: the configuration could not be read from shard 0 yet; try again shortly")
 }
 
 // admitHook is the runstore.Admitter the committers call: tenantcap's
-// decision plus the decision counter. It carries no tenant label: the
-// number of tenants is unbounded.
+// rule (a runstore.Ruler, applied by each group's statement) and its
+// decision for single starts, plus the decision counter. It carries no
+// tenant label: the number of tenants is unbounded.
 type admitHook struct{ a *admission }
 
+// Admit implements runstore.Admitter for the starts written one at a time
+// (deferred starts, retries); the committers' groups use Rule.
 func (h admitHook) Admit(ctx context.Context, in runstore.Admission) error {
-	count := func(outcome string) {
-		h.a.decisions.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome)))
-	}
+	count := func(outcome string) { h.a.decisions.Add(ctx, 1, h.a.outcome(outcome)) }
 	if !h.a.loaded.Load() {
 		count(admitNotLoaded)
-		return api.NewError(api.CodeUnavailable, "admission: the configuration could not be read from shard 0 yet; try again shortly")
+		return errNotLoaded()
 	}
 	d, err := h.a.adm.Check(ctx, in)
 	if err != nil {
@@ -176,12 +213,17 @@ func (h admitHook) Admit(ctx context.Context, in runstore.Admission) error {
 		count(admitAdmitted)
 		return nil
 	}
-	if d.Reason == tenantcap.ReasonSystem {
-		count(admitRefusedSystem)
-	} else {
-		count(admitRefusedTenant)
-	}
+	count(refusalOutcome(d.Reason))
 	return d.Err()
+}
+
+// outcome is the attribute set of one outcome of the decision counter,
+// built once.
+func (a *admission) outcome(name string) metric.MeasurementOption {
+	if o, ok := a.outcomes[name]; ok {
+		return o
+	}
+	return metric.WithAttributes(attribute.String("outcome", name))
 }
 
 // putAdmission applies a PUT /v1/admission body as actor (the same path
@@ -222,3 +264,5 @@ func (g *Gateway) admissionView(ctx context.Context) (tenantcap.AdmissionView, *
 	}
 	return v, nil
 }
+
+var _ runstore.Ruler = admitHook{}

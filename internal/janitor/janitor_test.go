@@ -63,13 +63,22 @@ func TestRescuesExpiredLeasesByTheDatabaseClock(t *testing.T) {
 	_, live := b.task(taskOpts{})
 	_, lost := b.task(taskOpts{})
 	_, last := b.task(taskOpts{MaxAttempts: 1})
-	for range 3 {
+	_, beaten := b.task(taskOpts{})
+	var leases []claim.Lease
+	for range 4 {
 		res, err := claim.Claim(b.ctx, b.db, claim.Request{Queue: "q", Worker: "w", Lease: time.Hour})
 		require.NoError(t, err)
 		require.True(t, res.OK)
+		leases = append(leases, claim.Lease{ID: res.Task.ID, Token: res.Task.LeaseToken})
 	}
-	_, err := b.db.Exec(b.ctx, `UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = ANY($1)`, []int64{lost, last})
+	_, err := b.db.Exec(b.ctx, `UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = ANY($1)`, []int64{lost, last, beaten})
 	require.NoError(t, err)
+	// A lease that ran out and was then extended by a worker's heartbeat
+	// is live again: the rescue leaves it alone.
+	beats, err := claim.Heartbeats(b.ctx, b.db, leases[3:], time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, []claim.Beat{claim.BeatOK}, beats)
+	require.Equal(t, beaten, leases[3].ID)
 
 	rep, err := janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
 	require.NoError(t, err)
@@ -77,9 +86,10 @@ func TestRescuesExpiredLeasesByTheDatabaseClock(t *testing.T) {
 	require.Equal(t, 1, rep.FailedRuns)
 	require.True(t, rep.Exclusive)
 	require.Equal(t, "running", b.state(live))
+	require.Equal(t, "running", b.state(beaten))
 	require.Equal(t, "pending", b.state(lost))
 	require.Equal(t, "done", b.state(last))
-	require.Equal(t, 2, b.scalar(`SELECT running FROM tenant_running WHERE tenant = 'acme'`))
+	require.Equal(t, 3, b.scalar(`SELECT running FROM tenant_running WHERE tenant = 'acme'`))
 }
 
 func (b *bundle) state(id int64) string {

@@ -8,8 +8,7 @@ import (
 	"io"
 	"net"
 	"slices"
-	"strconv"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,17 +18,17 @@ import (
 	"github.com/sourcegraph/conc"
 
 	"github.com/harvest-run/harvest/pkg/api"
-	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // Defaults of CommitterOptions.
 const (
 	// DefaultMaxBatch keeps a group under PostgreSQL's cache of 64
-	// subtransactions per transaction: when a group's statement fails, its
-	// starts are written again each under its own savepoint, and a
-	// transaction with more subtransactions than the cache holds makes
-	// every other session's visibility checks slower.
+	// subtransactions per transaction: when the database refuses a start
+	// of a group, the group's statement writes its starts again each in a
+	// block of its own (a subtransaction), and a transaction with more
+	// subtransactions than the cache holds makes every other session's
+	// visibility checks slower.
 	DefaultMaxBatch = 48
 	// DefaultFlushers lets one group execute while the previous one waits
 	// for its commit to reach the disk, when enough starts wait for two
@@ -43,6 +42,11 @@ const (
 // database broke (deadlock, serialization failure).
 const maxTxAttempts = 4
 
+// maxLeaseRounds bounds how many groups a start is sent in while its
+// shard takes capacity for it: other starts of the shard may use up what
+// was taken before it gets there.
+const maxLeaseRounds = 3
+
 // ErrClosed means the committer was closed before the start was handed in.
 var ErrClosed = errors.New("runstore: committer closed")
 
@@ -53,12 +57,8 @@ type (
 	Admission = tenantcap.Admission
 	// Admitter decides whether a new run may stay.
 	Admitter = tenantcap.Hook
-	// Guard bounds the counts up to which a group is admitted unasked.
-	Guard = tenantcap.Guard
-	// GuardRequest describes a group about to be written.
-	GuardRequest = tenantcap.GuardRequest
-	// Guarder is an Admitter that can promise a Guard for a group.
-	Guarder = tenantcap.Guarder
+	// Ruler is an Admitter whose rule the group's statement applies itself.
+	Ruler = tenantcap.Ruler
 )
 
 // Committed is one start of a committed group, as AfterCommit sees it.
@@ -82,7 +82,11 @@ type CommitterOptions struct {
 	Linger time.Duration
 	// Timeout bounds one group's transaction.
 	Timeout time.Duration
-	// Admitter, when set, is asked about every new run (see Admitter).
+	// Admitter, when set, decides every new run. A Ruler (tenantcap's
+	// Admitter, the gateway's) has its rule applied by the statement that
+	// writes the group; any other Admitter is asked in Go about each new
+	// run of the group as first written, and the group is written again
+	// without the runs it refused. Without one every start is admitted.
 	Admitter Admitter
 	// AfterCommit, when set, is called with the new runs of every group
 	// that committed, after their callers were answered. It runs on the
@@ -93,38 +97,47 @@ type CommitterOptions struct {
 
 // Committer gathers concurrent starts for one shard into shared
 // transactions (group commit); every caller is answered once its group has
-// committed, so a shard that commits about one transaction per disk flush
-// takes many starts per flush.
+// committed and its commit reached the disk, so a shard that commits about
+// one transaction per disk flush takes many starts per flush.
 //
-// A group is written by one statement (RunStartMany). When the Admitter
-// can promise a Guard, the count locks, that statement and the commit go in
-// one round trip. Otherwise the group is written in an explicit
-// transaction, each new run is judged with the counts it would have seen
-// had the starts gone one at a time, refused starts are left out, and the
-// rest commit. A statement error sends the group again start by start,
-// each under its own savepoint, so only the failing start is lost.
+// A group is one call of harvest_start_group, which decides admission for
+// each new run with the counts it would have had had the starts been sent
+// one at a time, writes the admitted ones and returns each start's fate.
+// The transaction commits with synchronous_commit off, in the same round
+// trip, so the shard's admission lock and the tenants' count rows are held
+// for the statement and not for its flush; the callers are answered after
+// a synchronous no-op transaction that follows in that round trip
+// (RunStartFlush) has waited for the flush. Another group, or a completion
+// batch of the same tenants, commits meanwhile.
 //
-// Each tenant is in at most one group in flight: its groups lock the
-// tenant's count row, so two of them would only wait for each other.
+// Each tenant is in at most one group until that group commits: its
+// groups lock the tenant's count row, so two of them would only wait for
+// each other; once it committed, the tenant's next group may be written
+// while it waits for its flush.
 type Committer struct {
 	db    *pgxpool.Pool
 	shard int
 	opts  CommitterOptions
 	// in is the queue the flushers share; it keeps each tenant in one
-	// group at a time.
+	// group at a time until that group commits.
 	in *intake
 	wg conc.WaitGroup
-	// lastShard is the shard's count after the last group (-1: none yet).
-	lastShard atomic.Int64
+	// committed, when set (tests), is called when a group's transaction
+	// has committed, before the wait for its flush.
+	committed func()
 }
 
 type pending struct {
-	p     StartParams
-	row   startRow
-	res   StartResult
-	found bool
-	err   error
-	done  chan struct{}
+	p   StartParams
+	row startRow
+	res StartResult
+	err error
+	// st is what the group's statement said of the start; rep is the
+	// start of the group that carries its (tenant, id) (itself, or the
+	// first start of the same id, which this one is a replay of).
+	st   startedRow
+	rep  *pending
+	done chan struct{}
 }
 
 // NewCommitter starts the flushers of a committer for the shard behind
@@ -140,7 +153,6 @@ func NewCommitter(db *pgxpool.Pool, shard int, opts CommitterOptions) *Committer
 		opts.Timeout = DefaultCommitTimeout
 	}
 	c := &Committer{db: db, shard: shard, opts: opts, in: newIntake(4*opts.MaxBatch, opts.MaxBatch/4)}
-	c.lastShard.Store(-1)
 	for range opts.Flushers {
 		c.wg.Go(c.flushLoop)
 	}
@@ -214,315 +226,418 @@ func (c *Committer) flushLoop() {
 	}
 }
 
+// flush writes items as a group, and as many more groups as the starts
+// refused for want of the shard's capacity take (see round).
 func (c *Committer) flush(items []*pending) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
 	defer cancel()
+	// Once the group committed, its tenants' next starts may go in the
+	// next group while this one waits for its flush.
+	free := sync.OnceFunc(func() { c.in.unhold(items) })
+	for round := 1; len(items) > 0; round++ {
+		items = c.round(ctx, items, round == maxLeaseRounds, free)
+	}
+}
+
+// group is the starts of one transaction.
+type group struct {
+	// sent holds one start per (tenant, id), in the order the statement
+	// decides them: by queue, key, tenant and id, so that the same starts
+	// always meet the limits in the same order.
+	sent []*pending
+	// tenants are the group's tenants, distinct and sorted.
+	tenants []string
+	// skip marks the starts of sent a Go hook refused (nil: none).
+	skip []bool
+	// committed, when set, is called when the transaction committed,
+	// before the wait for its flush.
+	committed func()
+}
+
+func newGroup(items []*pending) *group {
+	sorted := slices.Clone(items)
+	slices.SortStableFunc(sorted, func(a, b *pending) int {
+		return cmp.Or(cmp.Compare(a.p.Req.Queue, b.p.Req.Queue), cmp.Compare(a.row.key, b.row.key),
+			cmp.Compare(a.p.Tenant, b.p.Tenant), cmp.Compare(a.p.Req.ID, b.p.Req.ID))
+	})
+	g := &group{}
+	for i, it := range sorted {
+		it.st, it.rep = startedRow{}, it
+		if i > 0 {
+			if prev := sorted[i-1]; prev.p.Tenant == it.p.Tenant && prev.p.Req.ID == it.p.Req.ID {
+				// The statement writes each (tenant, id) once; a second
+				// start of the id is answered like a replay of the first.
+				it.rep = prev.rep
+				continue
+			}
+		}
+		g.sent = append(g.sent, it)
+		g.tenants = append(g.tenants, it.p.Tenant)
+	}
+	slices.Sort(g.tenants)
+	g.tenants = slices.Compact(g.tenants)
+	return g
+}
+
+// round writes items as one group, answers every start it settled and
+// returns those to send again: refused for want of the shard's capacity,
+// which was then taken (never on the last round). onCommit is called
+// once the group's transaction committed.
+func (c *Committer) round(ctx context.Context, items []*pending, last bool, onCommit func()) []*pending {
+	g := newGroup(items)
+	g.committed = onCommit
+	ruler, _ := c.opts.Admitter.(Ruler)
+	var (
+		rule   tenantcap.Rule
+		closed error // refuses every new run: the Ruler has no rule now
+	)
+	if ruler != nil {
+		var err error
+		if rule, err = ruler.Rule(c.shard); err != nil {
+			if !isAPIError(err) {
+				c.fail(items, err)
+				return nil
+			}
+			closed = err
+		}
+	}
 	var err error
 	for attempt := 1; ; attempt++ {
 		for _, it := range items {
-			it.res, it.found, it.err = StartResult{}, false, nil
+			it.res, it.err, it.st = StartResult{}, nil, startedRow{}
 		}
-		err = c.runTx(ctx, items)
+		g.skip = nil
+		if ruler == nil && c.opts.Admitter != nil {
+			err = c.writeAsked(ctx, g)
+		} else {
+			var r *tenantcap.Rule
+			if ruler != nil && closed == nil {
+				r = &rule
+			}
+			err = c.write(ctx, g, r, closed != nil)
+		}
 		if err == nil || !retryable(err) || attempt == maxTxAttempts {
 			break
 		}
 	}
-	var committed []Committed
-	for _, it := range items {
-		if err != nil {
-			it.res, it.err = StartResult{}, err
-		} else if it.err == nil && it.res.Created {
+	if err != nil {
+		c.fail(items, err)
+		return nil
+	}
+
+	var (
+		committed []Committed
+		refused   []tenantcap.Decision
+		short     []*pending // refused for want of capacity
+		admitted  int
+	)
+	for _, it := range g.sent {
+		st := &it.st
+		switch st.outcome {
+		case outcomeNew:
+			it.res = st.result(it, c.shard)
 			committed = append(committed, Committed{Params: it.p, Result: it.res})
+			admitted++
+		case outcomeMoved:
+			it.err = &MovedError{Tenant: it.p.Tenant, To: int(st.movedTo)}
+		case outcomeSkipped:
+			// it.err holds the hook's refusal.
+		case outcomeRefused:
+			if closed != nil {
+				it.err = closed
+				refused = append(refused, tenantcap.Decision{Reason: tenantcap.ReasonUnavailable, Tenant: it.p.Tenant})
+				continue
+			}
+			d := st.decision(rule, it.p.Tenant)
+			it.err = d.Err()
+			refused = append(refused, d)
+		case outcomeLease:
+			short = append(short, it)
+		case outcomeError:
+			it.err = &pgconn.PgError{Severity: "ERROR", Code: st.errCode, Message: st.errMessage,
+				ConstraintName: st.errConstraint}
+		case outcomeExisting:
+			// Answered below from the stored run.
+		default:
+			it.err = fmt.Errorf("runstore: start group: outcome %q for %s/%s", st.outcome, it.p.Tenant, it.p.Req.ID)
+		}
+	}
+	var again []*pending
+	if len(short) > 0 {
+		again, refused = c.takeCapacity(ctx, ruler, rule, short, last, refused)
+	}
+	if ruler != nil && (admitted > 0 || len(refused) > 0) {
+		ruler.Decided(admitted, refused)
+	}
+	sendAgain := make(map[*pending]bool, len(again))
+	for _, it := range again {
+		sendAgain[it] = true
+	}
+	c.replay(ctx, items, sendAgain)
+	var next []*pending
+	for _, it := range items {
+		if sendAgain[it.rep] {
+			next = append(next, it)
+			continue
 		}
 		close(it.done)
 	}
 	if len(committed) > 0 && c.opts.AfterCommit != nil {
 		c.opts.AfterCommit(committed)
 	}
+	return next
 }
 
-// runTx writes the group in one transaction. An error means nothing
-// committed; per-start failures are left in the items.
-func (c *Committer) runTx(ctx context.Context, items []*pending) (err error) {
+// fail answers every start with err.
+func (c *Committer) fail(items []*pending, err error) {
+	for _, it := range items {
+		it.res, it.err = StartResult{}, err
+		close(it.done)
+	}
+}
+
+// replay answers the starts that name an existing run: a start whose id
+// the statement found stored, and a second start of an id in the group
+// whose first is stored now. A replay gets the stored run, or ErrConflict
+// when the request differs. A second start of an id whose first was
+// refused gets the same answer; one whose first is sent again goes again
+// with it (skip).
+func (c *Committer) replay(ctx context.Context, items []*pending, skip map[*pending]bool) {
+	var ask []*pending
+	for _, it := range items {
+		rep := it.rep
+		switch {
+		case skip[rep]:
+		case rep.st.outcome == outcomeExisting || (rep != it && rep.st.outcome == outcomeNew):
+			ask = append(ask, it)
+		case rep != it:
+			it.res, it.err = rep.res, rep.err
+		}
+	}
+	if len(ask) == 0 {
+		return
+	}
+	ps := make([]StartParams, len(ask))
+	for i, it := range ask {
+		ps[i] = it.p
+		ps[i].Shard = c.shard
+	}
+	out, found, err := Existing(ctx, c.db, ps)
+	for i, it := range ask {
+		switch {
+		case err != nil:
+			it.res, it.err = StartResult{}, err
+		case !found[i]:
+			it.res, it.err = StartResult{}, fmt.Errorf("runstore: start %s/%s: the run of this id is gone", it.p.Tenant, it.p.Req.ID)
+		default:
+			it.res, it.err = out[i].Result, out[i].Err
+		}
+	}
+}
+
+// takeCapacity deals with the starts the statement refused for want of the
+// shard's capacity lease: it takes enough capacity for all of them (a
+// round trip to shard 0, under no lock of the shard) and returns them to
+// be sent again, with refused extended by those it answers instead: the
+// ones the ledger could not make room for, or all of them on the last
+// round, each refused with what the shard's lease then gives.
+func (c *Committer) takeCapacity(ctx context.Context, ruler Ruler, rule tenantcap.Rule, short []*pending, last bool,
+	refused []tenantcap.Decision) ([]*pending, []tenantcap.Decision) {
+	// The capacity the starts need were they all admitted, one after the
+	// other as the statement judged them.
+	need, lease := 0, 0
+	before := map[string]int{}
+	for i, it := range short {
+		st := &it.st
+		lease = int(st.lease)
+		n := rule.LeaseNeeded(int(st.shard)+i, int(st.own)+before[it.p.Tenant])
+		need = max(need, n)
+		before[it.p.Tenant]++
+	}
+	got := lease
+	if !last && need > lease {
+		var err error
+		if got, err = ruler.Acquire(ctx, c.shard, need); err != nil {
+			for _, it := range short {
+				it.err = err
+			}
+			return nil, refused
+		}
+	}
+	if !last && got > lease {
+		return short, refused
+	}
+	for _, it := range short {
+		st := &it.st
+		d, _ := rule.Judge(it.p.Tenant, int(st.shard), int(st.own), max(got, lease), int(st.scheduled))
+		if d.Admit {
+			// More capacity would admit it, but there is none to be had
+			// now: the refusal the lease gave.
+			d, _ = rule.Judge(it.p.Tenant, int(st.shard), int(st.own), lease, int(st.scheduled))
+		}
+		if d.Admit {
+			d.Admit, d.Reason, d.RetryAfter = false, tenantcap.ReasonSystem, rule.RetryAfter
+		}
+		it.err = d.Err()
+		refused = append(refused, d)
+	}
+	return nil, refused
+}
+
+// write sends the group in one round trip: the statement in a transaction
+// that commits without waiting for its flush (the statement turns
+// synchronous_commit off), then the wait for the flush (see Committer).
+// rule is nil to admit every start; closed refuses every new run.
+func (c *Committer) write(ctx context.Context, g *group, rule *tenantcap.Rule, closed bool) (err error) {
 	conn, err := c.db.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("runstore: acquire connection: %w", err)
 	}
-	// A connection given back inside a transaction is closed by the pool,
-	// so a failed rollback leaves nothing behind.
 	defer conn.Release()
-	begun := false
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(sqlRunStartGroup, groupArgs(g, rule, closed)...)
+	b.Queue("COMMIT")
+	b.Queue(sqlRunStartFlush)
+	br := conn.SendBatch(ctx, b)
 	defer func() {
-		if err != nil && begun {
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_, _ = conn.Exec(rctx, "ROLLBACK")
+		if cerr := br.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("runstore: start group: %w", cerr)
+		}
+		if err != nil {
+			rollback(conn.Conn())
 		}
 	}()
-	sorted := slices.Clone(items)
-	// Key summaries are locked in (queue, key) order, see TenantRunningLock.
-	slices.SortStableFunc(sorted, func(a, b *pending) int {
-		return cmp.Or(cmp.Compare(a.p.Req.Queue, b.p.Req.Queue), cmp.Compare(a.row.key, b.row.key),
-			cmp.Compare(a.p.Tenant, b.p.Tenant), cmp.Compare(a.p.Req.ID, b.p.Req.ID))
-	})
-	// The statement writes each (tenant, id) once; a second start of the
-	// same id in the group is answered like a replay of the first.
-	bulk := slices.CompactFunc(slices.Clone(sorted), func(a, b *pending) bool {
-		return a.p.Tenant == b.p.Tenant && a.p.Req.ID == b.p.Req.ID
-	})
-	tenants := groupTenants(items)
-	if guard := c.guardFor(tenants, bulk); guard != nil {
-		done, err := c.writeGuarded(ctx, conn.Conn(), tenants, *guard, bulk)
-		if err != nil {
-			return err
-		}
-		if done {
-			if g, ok := c.opts.Admitter.(Guarder); ok {
-				g.Admitted(countNew(bulk))
-			}
-			return replayExisting(ctx, conn, sorted)
-		}
-		// Past the guard, or a start broke the statement: nothing was
-		// written; do it again in a transaction that judges each start.
-		resetAll(bulk)
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("runstore: begin: %w", err)
 	}
-	for len(bulk) > 0 {
-		stmtErr, err := c.sendBulk(ctx, conn.Conn(), !begun, tenants, bulk)
-		begun = true
+	if err := readStarted(br, g); err != nil {
+		return err
+	}
+	return c.commit(br, g)
+}
+
+// commit reads the end of a group's round trip: the commit, then the
+// wait for its flush.
+func (c *Committer) commit(br pgx.BatchResults, g *group) error {
+	tag, err := br.Exec()
+	if err != nil {
+		return fmt.Errorf("runstore: commit starts: %w", err)
+	}
+	if tag.String() != "COMMIT" {
+		return errors.New("runstore: commit starts: the transaction was rolled back")
+	}
+	if g.committed != nil {
+		g.committed()
+	}
+	if c.committed != nil {
+		c.committed()
+	}
+	if _, err := br.Exec(); err != nil {
+		return fmt.Errorf("runstore: wait for the starts to be durable: %w", err)
+	}
+	return nil
+}
+
+// rollback ends a transaction a failed round trip may have left open. A
+// connection given back inside a transaction is closed by the pool, so a
+// failed rollback leaves nothing behind.
+func rollback(conn *pgx.Conn) {
+	if conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = conn.Exec(ctx, "ROLLBACK")
+}
+
+// writeAsked writes the group for an Admitter that is only a Hook: the
+// group is written with every start admitted, the Hook is asked about each
+// new run with the counts it was written with, and, when it refused some,
+// the group is written again without them (under a savepoint, the count
+// rows locked before it) until it refuses none. Then the transaction
+// commits as in write.
+func (c *Committer) writeAsked(ctx context.Context, g *group) (err error) {
+	conn, err := c.db.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("runstore: acquire connection: %w", err)
+	}
+	defer conn.Release()
+	defer func() {
+		if err != nil {
+			rollback(conn.Conn())
+		}
+	}()
+	first := true
+	for {
+		b := &pgx.Batch{}
+		if first {
+			b.Queue("BEGIN")
+			b.Queue(sqlTenantRunningLock, g.tenants)
+			b.Queue("SAVEPOINT harvest_group")
+		} else {
+			b.Queue("ROLLBACK TO SAVEPOINT harvest_group")
+		}
+		b.Queue(sqlRunStartGroup, groupArgs(g, nil, false)...)
+		br := conn.SendBatch(ctx, b)
+		n := 1
+		if first {
+			n = 3
+		}
+		for range n {
+			if _, err := br.Exec(); err != nil {
+				_ = br.Close()
+				return fmt.Errorf("runstore: start group: %w", err)
+			}
+		}
+		err := readStarted(br, g)
+		if cerr := br.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("runstore: start group: %w", cerr)
+		}
 		if err != nil {
 			return err
 		}
-		if stmtErr != nil {
-			if retryable(stmtErr) || !isStatementError(stmtErr) {
-				return stmtErr
-			}
-			if _, err := conn.Exec(ctx, "ROLLBACK TO SAVEPOINT harvest_group"); err != nil {
-				return fmt.Errorf("runstore: roll back to savepoint: %w", err)
-			}
-			resetAll(bulk)
-			// One start broke the statement and the error does not say
-			// which: write them one by one to find it.
-			if err := c.writeEach(ctx, conn.Conn(), bulk); err != nil {
-				return err
-			}
-			break
-		}
-		refused, err := c.decide(ctx, bulk)
+		first = false
+		refused, err := c.ask(ctx, g)
 		if err != nil {
 			return err
 		}
 		if refused == 0 {
 			break
 		}
-		// Write the group again without the refused starts. The counts the
-		// others get then are those decide already judged them by.
-		if _, err := conn.Exec(ctx, "ROLLBACK TO SAVEPOINT harvest_group"); err != nil {
-			return fmt.Errorf("runstore: roll back to savepoint: %w", err)
-		}
-		bulk = slices.DeleteFunc(bulk, func(it *pending) bool { return it.err != nil })
-		resetAll(bulk)
 	}
-	if err := replayExisting(ctx, conn, sorted); err != nil {
-		return err
-	}
-	tag, err := conn.Exec(ctx, "COMMIT")
-	if err != nil {
-		return fmt.Errorf("runstore: commit starts: %w", err)
-	}
-	begun = false
-	if tag.String() != "COMMIT" {
-		return errors.New("runstore: commit starts: the transaction was rolled back")
-	}
-	return nil
-}
-
-// guardFor returns the guard a group is written under: none (nil) when
-// every new run must be asked about, an empty one when there is no
-// Admitter to ask.
-func (c *Committer) guardFor(tenants []string, starts []*pending) *Guard {
-	switch a := c.opts.Admitter.(type) {
-	case nil:
-		return &Guard{Shard: -1}
-	case Guarder:
-		scheduled := 0
-		for _, it := range starts {
-			if it.p.Req.RunAt != nil || (it.p.Req.Delay != nil && *it.p.Req.Delay > 0) {
-				scheduled++
-			}
-		}
-		if g, ok := a.Guard(GuardRequest{Shard: c.shard, Tenants: tenants, Starts: len(starts),
-			ShardRunning: int(c.lastShard.Load()), Scheduled: scheduled}); ok {
-			return &g
-		}
-	}
-	return nil
-}
-
-func countNew(starts []*pending) int {
-	n := 0
-	for _, it := range starts {
-		if it.found && it.err == nil {
-			n++
-		}
-	}
-	return n
-}
-
-// replayExisting answers the starts whose id existed (none of the group's
-// statements wrote them) from the stored run: a replay, or ErrConflict
-// when the request differs. Any other error fails the group.
-func replayExisting(ctx context.Context, db claim.DB, items []*pending) error {
-	for _, it := range items {
-		if it.err == nil && !it.found {
-			it.res, it.err = replay(ctx, db, &it.p, it.row.hash)
-			if it.err != nil && !errors.Is(it.err, ErrConflict) {
-				return it.err
-			}
-		}
-	}
-	return nil
-}
-
-func resetAll(items []*pending) {
-	for _, it := range items {
-		it.res, it.found, it.err = StartResult{}, false, nil
-	}
-}
-
-// sendBulk writes starts with RunStartMany under the savepoint
-// harvest_group, in one round trip with BEGIN and the count locks of
-// tenants when opening is set. stmtErr is the statement's own failure (the
-// transaction then waits to be rolled back to the savepoint); err is any
-// other failure.
-func (c *Committer) sendBulk(ctx context.Context, conn *pgx.Conn, opening bool, tenants []string, starts []*pending) (stmtErr, err error) {
 	b := &pgx.Batch{}
-	if opening {
-		b.Queue("BEGIN")
-		b.Queue(sqlTenantRunningLock, tenants)
-	}
-	b.Queue("SAVEPOINT harvest_group")
-	b.Queue(sqlRunStartMany, append(manyArgs(starts), guardArgs(nil)...)...)
+	b.Queue("COMMIT")
+	b.Queue(sqlRunStartFlush)
 	br := conn.SendBatch(ctx, b)
-	defer func() {
-		if cerr := br.Close(); cerr != nil && err == nil && stmtErr == nil {
-			err = fmt.Errorf("runstore: start group: %w", cerr)
-		}
-	}()
-	if opening {
-		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("runstore: begin: %w", err)
-		}
-		if _, err := br.Exec(); err != nil {
-			return nil, fmt.Errorf("runstore: lock running counts: %w", err)
-		}
+	err = c.commit(br, g)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("runstore: start group: %w", cerr)
 	}
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("runstore: savepoint: %w", err)
-	}
-	got, err := readStarted(br)
-	if err != nil {
-		return err, nil
-	}
-	return nil, c.settle(got, starts)
+	return err
 }
 
-// writeGuarded writes a group under a guard in one round trip and one
-// implicit transaction (a pipeline up to its Sync commits as a whole):
-// the count locks, then the starts. done reports that it committed. When
-// the guard stopped the group, or a start broke the statement, nothing
-// was written and done is false: the caller writes the group again in a
-// transaction that judges each start. err is any other failure.
-func (c *Committer) writeGuarded(ctx context.Context, conn *pgx.Conn, tenants []string, g Guard, starts []*pending) (done bool, err error) {
-	b := &pgx.Batch{}
-	b.Queue(sqlTenantRunningLock, tenants)
-	b.Queue(sqlRunStartMany, append(manyArgs(starts), guardArgs(&g)...)...)
-	br := conn.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return false, fmt.Errorf("runstore: lock running counts: %w", err)
-	}
-	got, stmtErr := readStarted(br)
-	// Close reads the end of the pipeline, where the commit happens.
-	cerr := br.Close()
-	if stmtErr == nil {
-		stmtErr = cerr
-	}
-	if stmtErr != nil {
-		if retryable(stmtErr) || !isStatementError(stmtErr) {
-			return false, fmt.Errorf("runstore: start group: %w", stmtErr)
-		}
-		return false, nil
-	}
-	return true, c.settle(got, starts)
-}
-
-// settle hands a statement's rows to their starts and remembers the
-// shard's count for the next guard.
-func (c *Committer) settle(got []startedRow, starts []*pending) error {
-	if err := settleStarted(got, starts, c.shard); err != nil {
-		return err
-	}
-	if len(got) > 0 {
-		c.lastShard.Store(int64(got[0].shardBefore + len(got)))
-	}
-	return nil
-}
-
-// readStarted reads the rows of RunStartMany from a batch.
-func readStarted(br pgx.BatchResults) ([]startedRow, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var got []startedRow
-	for rows.Next() {
-		r, err := scanStartedMany(rows)
-		if err != nil {
-			return nil, err
-		}
-		got = append(got, r)
-	}
-	return got, rows.Err()
-}
-
-// guardArgs are the guard parameters of RunStartMany (nil: no check).
-func guardArgs(g *Guard) []any {
-	if g == nil || g.Shard < 0 {
-		return []any{[]string(nil), []int64(nil), nil, false}
-	}
-	tenants := make([]string, 0, len(g.Tenant))
-	caps := make([]int64, 0, len(g.Tenant))
-	for t, n := range g.Tenant {
-		tenants = append(tenants, t)
-		caps = append(caps, int64(n))
-	}
-	return []any{tenants, caps, int64(g.Shard), g.Lease}
-}
-
-// decide asks the Admitter about the new runs of a written group, in the
-// order they were written. A refused start is marked with its error; the
-// starts after it are judged by the counts they will have once it is
-// rolled back, as if the starts had run one after the other. It returns
-// how many were refused.
-func (c *Committer) decide(ctx context.Context, starts []*pending) (int, error) {
-	if c.opts.Admitter == nil {
-		return 0, nil
-	}
+// ask puts the new runs of a written group to the Admitter, in the order
+// they were written. A refused start is marked with its error and to be
+// skipped; the starts after it are judged by the counts they will have
+// once it is left out, as if the starts had run one after the other. It
+// returns how many it refused.
+func (c *Committer) ask(ctx context.Context, g *group) (int, error) {
 	refused := 0
 	byTenant, scheduledByTenant := map[string]int{}, map[string]int{}
-	for _, it := range starts {
-		if !it.found || it.err != nil {
+	for i, it := range g.sent {
+		st := &it.st
+		if st.outcome != outcomeNew {
 			continue
 		}
 		a := Admission{
 			Shard: c.shard, Tenant: it.p.Tenant, Req: &it.p.Req,
-			Running:      it.res.Running - byTenant[it.p.Tenant],
-			ShardRunning: it.res.ShardRunning - refused,
-			ShardLease:   it.res.ShardLease,
+			Running:      int(st.own) + 1 - byTenant[it.p.Tenant],
+			ShardRunning: int(st.shard) + 1 - refused,
+			ShardLease:   int(st.lease),
 		}
-		if it.res.Scheduled > 0 {
-			a.Scheduled = it.res.Scheduled - scheduledByTenant[it.p.Tenant]
+		if st.scheduled > 0 {
+			a.Scheduled = int(st.scheduled) - scheduledByTenant[it.p.Tenant]
 		}
 		err := c.opts.Admitter.Admit(ctx, a)
 		if err == nil {
@@ -533,116 +648,62 @@ func (c *Committer) decide(ctx context.Context, starts []*pending) (int, error) 
 			// retried.
 			return 0, err
 		}
-		if it.res.Scheduled > 0 {
+		if st.scheduled > 0 {
 			scheduledByTenant[it.p.Tenant]++
 		}
-		it.res, it.err = StartResult{}, err
+		if g.skip == nil {
+			g.skip = make([]bool, len(g.sent))
+		}
+		g.skip[i] = true
+		st.outcome = outcomeSkipped
+		it.err = err
 		byTenant[it.p.Tenant]++
 		refused++
 	}
 	return refused, nil
 }
 
-// writeEach writes the starts one by one, each under a savepoint of its
-// own, pipelined in windows: a start that fails is rolled back alone and
-// the starts after it are sent again.
-func (c *Committer) writeEach(ctx context.Context, conn *pgx.Conn, starts []*pending) error {
-	rest := starts
-	for len(rest) > 0 {
-		cut, err := c.sendWindow(ctx, conn, rest)
-		if err != nil {
+// groupArgs are the parameters of RunStartGroup.
+func groupArgs(g *group, rule *tenantcap.Rule, closed bool) []any {
+	args := manyArgs(g.sent)
+	args = append(args, g.skip)
+	if rule == nil {
+		return append(args, nil, nil, nil, nil, nil, nil, nil, closed)
+	}
+	p := rule.Params()
+	return append(args, p.Algorithm, p.TFM, p.MaxRuns, p.StaticLimit, p.Others, p.Leased, p.ScheduledCap, closed)
+}
+
+// readStarted reads the rows of RunStartGroup into the group's starts.
+func readStarted(br pgx.BatchResults, g *group) error {
+	rows, err := br.Query()
+	if err != nil {
+		return fmt.Errorf("runstore: start group: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var r startedRow
+		if err := r.scan(rows); err != nil {
 			return err
 		}
-		if cut < 0 {
-			return nil
+		if r.ord < 1 || int(r.ord) > len(g.sent) {
+			return fmt.Errorf("runstore: start group: a row for start %d of %d", r.ord, len(g.sent))
 		}
-		// The start at cut failed or was refused: undo it, and with it the
-		// starts sent after it (the server skipped them after a failure,
-		// and their counts included it after a refusal), then send those
-		// again.
-		if retryable(rest[cut].err) || !isStatementError(rest[cut].err) {
-			return rest[cut].err
+		it := g.sent[r.ord-1]
+		if r.outcome == outcomeSkipped && it.st.outcome == outcomeSkipped {
+			// Refused by the hook on an earlier writing: keep its error.
+			continue
 		}
-		if _, err := conn.Exec(ctx, "ROLLBACK TO SAVEPOINT "+savepoint(cut)); err != nil {
-			return fmt.Errorf("runstore: roll back to savepoint: %w", err)
-		}
-		rest = rest[cut+1:]
-		resetAll(rest)
+		it.st = r
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("runstore: start group: %w", err)
 	}
 	return nil
 }
 
-// savepoint names the savepoint of the i-th start of a window. Names are
-// reused from window to window: a newer savepoint hides an older one of the
-// same name, which is the one a rollback must reach.
-func savepoint(i int) string { return "harvest_start_" + strconv.Itoa(i) }
-
-// groupTenants lists the distinct tenants of a group, sorted.
-func groupTenants(items []*pending) []string {
-	ts := make([]string, 0, 1)
-	for _, it := range items {
-		ts = append(ts, it.p.Tenant)
-	}
-	slices.Sort(ts)
-	return slices.Compact(ts)
-}
-
-// sendWindow writes the starts of window, each under a savepoint of its
-// own, in one pipelined round trip, and asks the Admitter about the new
-// runs in order. It returns the index of the first start that failed or
-// was refused (its error is in the item), or -1 when all of them stand.
-func (c *Committer) sendWindow(ctx context.Context, conn *pgx.Conn, window []*pending) (int, error) {
-	b := &pgx.Batch{}
-	for i, it := range window {
-		b.Queue("SAVEPOINT " + savepoint(i))
-		b.Queue(sqlRunStart, it.row.args()...)
-	}
-	br := conn.SendBatch(ctx, b)
-	cut := -1
-	for i, it := range window {
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return -1, fmt.Errorf("runstore: savepoint: %w", err)
-		}
-		it.res, it.found, it.err = scanStarted(br.QueryRow(), c.shard)
-		if it.err != nil {
-			cut = i
-			break
-		}
-	}
-	if err := br.Close(); err != nil && cut < 0 {
-		return -1, fmt.Errorf("runstore: start batch: %w", err)
-	}
-	if cut >= 0 || c.opts.Admitter == nil {
-		return cut, nil
-	}
-	for i, it := range window {
-		if !it.found {
-			continue
-		}
-		err := c.opts.Admitter.Admit(ctx, Admission{
-			Shard: c.shard, Tenant: it.p.Tenant, Running: it.res.Running, ShardRunning: it.res.ShardRunning,
-			ShardLease: it.res.ShardLease, Scheduled: it.res.Scheduled, Req: &it.p.Req,
-		})
-		if err == nil {
-			continue
-		}
-		if !isAPIError(err) {
-			return -1, err
-		}
-		it.res, it.found, it.err = StartResult{}, true, err
-		return i, nil
-	}
-	return -1, nil
-}
-
-// isStatementError reports a start refused by the server or the Admitter,
-// as opposed to a connection that failed under it.
-func isStatementError(err error) bool {
-	var pe *pgconn.PgError
-	return isAPIError(err) || errors.As(err, &pe)
-}
-
+// isAPIError reports an *api.Error: a decision to hand the caller, as
+// opposed to a failure.
 func isAPIError(err error) bool {
 	var ae *api.Error
 	return errors.As(err, &ae)
@@ -664,6 +725,13 @@ func Unavailable(err error) bool {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
+		// read_only_sql_transaction: the statement reached a server that
+		// is no longer the primary (a switchover; the pool has closed
+		// that connection, and the next one goes to the new primary).
+		// The transaction wrote nothing.
+		if pe.Code == "25006" {
+			return true
+		}
 		// Connection exceptions, operator intervention (shutdown), and
 		// insufficient resources (too many connections, disk full).
 		switch pe.Code[:2] {

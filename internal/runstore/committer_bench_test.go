@@ -11,6 +11,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // askAdmitter admits everything, asked about each new run.
@@ -18,44 +19,56 @@ type askAdmitter struct{}
 
 func (askAdmitter) Admit(context.Context, Admission) error { return nil }
 
-// guardAdmitter admits everything and says so in advance.
-type guardAdmitter struct{ askAdmitter }
+// ruleAdmitter admits everything by a rule the statement applies.
+type ruleAdmitter struct{ askAdmitter }
 
-func (guardAdmitter) Guard(GuardRequest) (Guard, bool) { return Guard{Shard: 1 << 30}, true }
-func (guardAdmitter) Admitted(int)                     {}
+func (ruleAdmitter) Rule(int) (tenantcap.Rule, error) {
+	return tenantcap.Rule{Config: tenantcap.DefaultConfig(), MaxRuns: 1 << 30}, nil
+}
+func (ruleAdmitter) Acquire(context.Context, int, int) (int, error) { return 0, nil }
+func (ruleAdmitter) Decided(int, []tenantcap.Decision)              {}
 
-// BenchmarkCommitter measures starts through one committer from 8
-// concurrent callers of one tenant with one key: the shape of
-// `harvest-bench starts` without HTTP or NATS in front. "ask" decides each
-// new run after the group is written (two round trips), "guard" commits
-// in the round trip that writes the group.
+// BenchmarkCommitter measures starts through one committer: 8 concurrent
+// callers of one tenant with one key (the shape of `harvest-bench starts`
+// without HTTP or NATS in front), and 64 callers spread over 8 tenants.
+// "ask" asks a Go hook about each new run after the group is written (two
+// round trips more), "rule" has the statement decide (one round trip).
 func BenchmarkCommitter(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		admitter Admitter
-	}{{"ask", askAdmitter{}}, {"guard", guardAdmitter{}}} {
-		b.Run(bc.name, func(b *testing.B) {
-			db := testsvc.NewDB(b)
-			var groups, started, n atomic.Int64
-			c := NewCommitter(db, 0, CommitterOptions{Admitter: bc.admitter, AfterCommit: func(cs []Committed) {
-				groups.Add(1)
-				started.Add(int64(len(cs)))
-			}})
-			b.Cleanup(c.Close)
-			b.SetParallelism(4) // 8 callers with GOMAXPROCS=2
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					req := api.StartRequest{ID: fmt.Sprint("r", n.Add(1)), Name: "echo", Queue: "shared", Input: json.RawMessage(`{"n":1}`)}
-					res, err := c.Start(context.Background(), StartParams{Tenant: "bench", Req: req})
-					require.NoError(b, err)
-					require.True(b, res.Created)
+	}{{"ask", askAdmitter{}}, {"rule", ruleAdmitter{}}} {
+		for _, shape := range []struct {
+			tenants, callersPerProc int
+		}{{1, 4}, {8, 32}} {
+			name := bc.name
+			if shape.tenants > 1 {
+				name += fmt.Sprintf("/tenants=%d", shape.tenants)
+			}
+			b.Run(name, func(b *testing.B) {
+				db := testsvc.NewDB(b)
+				var groups, started, n atomic.Int64
+				c := NewCommitter(db, 0, CommitterOptions{Admitter: bc.admitter, AfterCommit: func(cs []Committed) {
+					groups.Add(1)
+					started.Add(int64(len(cs)))
+				}})
+				b.Cleanup(c.Close)
+				b.SetParallelism(shape.callersPerProc) // x GOMAXPROCS callers
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						k := n.Add(1)
+						req := api.StartRequest{ID: fmt.Sprint("r", k), Name: "echo", Queue: "shared", Input: json.RawMessage(`{"n":1}`)}
+						res, err := c.Start(context.Background(), StartParams{Tenant: fmt.Sprint("bench", k%int64(shape.tenants)), Req: req})
+						require.NoError(b, err)
+						require.True(b, res.Created)
+					}
+				})
+				b.StopTimer()
+				if g := groups.Load(); g > 0 {
+					b.ReportMetric(float64(started.Load())/float64(g), "starts/group")
 				}
 			})
-			b.StopTimer()
-			if g := groups.Load(); g > 0 {
-				b.ReportMetric(float64(started.Load())/float64(g), "starts/group")
-			}
-		})
+		}
 	}
 }

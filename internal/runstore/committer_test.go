@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // recorder is an Admitter that notes every Admission it is asked about and
@@ -43,20 +45,36 @@ func (r *recorder) asked() []Admission {
 	return append([]Admission(nil), r.seen...)
 }
 
-// guarding is a recorder that also offers a guard of shard runs in all,
-// counting the runs its guarded groups admitted.
-type guarding struct {
+// ruled is a Ruler: the group's statement applies its rule, so nothing
+// should be asked of it in Go; it notes the decisions reported.
+type ruled struct {
 	recorder
-	shard    int
+	rule tenantcap.Rule
+
 	admitted int
+	refused  []tenantcap.Decision
 }
 
-func (g *guarding) Guard(GuardRequest) (Guard, bool) { return Guard{Shard: g.shard}, true }
+// noLimit admits every start.
+func noLimit() tenantcap.Rule {
+	return tenantcap.Rule{Config: tenantcap.DefaultConfig(), MaxRuns: 1 << 30, RetryAfter: time.Second}
+}
 
-func (g *guarding) Admitted(n int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.admitted += n
+// staticLimit lets each tenant hold limit runs (Static) in a system that
+// is never full.
+func staticLimit(limit int) tenantcap.Rule {
+	return tenantcap.Rule{Config: tenantcap.Config{Algorithm: tenantcap.Static, TFM: 1}, MaxRuns: 1000 * limit,
+		Tenants: 1000, RetryAfter: time.Second}
+}
+
+func (r *ruled) Rule(int) (tenantcap.Rule, error)               { return r.rule, nil }
+func (r *ruled) Acquire(context.Context, int, int) (int, error) { return 0, nil }
+
+func (r *ruled) Decided(admitted int, refused []tenantcap.Decision) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.admitted += admitted
+	r.refused = append(r.refused, refused...)
 }
 
 // groupOpts shapes a committer whose groups are predictable: one flusher
@@ -135,20 +153,20 @@ func TestGroupAdmissionSeesSequentialCounts(t *testing.T) {
 }
 
 // A start refused in the middle of a group leaves nothing behind, and the
-// starts after it are judged as if it had never been written.
+// starts after it are judged as if it had never been written: by a Go
+// hook (asked after the group is written), and by the rule the group's
+// statement applies.
 func TestGroupRefusalLeavesNothingBehind(t *testing.T) {
 	t.Parallel()
-	for _, guarded := range []bool{false, true} {
-		t.Run(fmt.Sprintf("guarded=%v", guarded), func(t *testing.T) {
+	for _, byRule := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rule=%v", byRule), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			rec := &recorder{limit: 2}
 			var adm Admitter = rec
-			g := &guarding{recorder: recorder{limit: 2}, shard: 1}
-			if guarded {
-				// A guard that no group of two or more passes: the group is
-				// written again and every run asked about.
-				adm = g
+			r := &ruled{rule: staticLimit(2)}
+			if byRule {
+				adm = r
 			}
 			c := b.committer(t, groupOpts{Admitter: adm})
 			out := c.StartMany(b.ctx, []StartParams{
@@ -170,20 +188,26 @@ func TestGroupRefusalLeavesNothingBehind(t *testing.T) {
 			require.Equal(t, 3, b.count(t, `SELECT count(*) FROM tasks`))
 			require.Equal(t, 3, b.count(t, `SELECT count(*) FROM tasks WHERE queue = 'shared' AND state = 'pending'`))
 			require.Zero(t, b.count(t, `SELECT count(*) FROM runs WHERE id IN ('r3', 'r4')`))
-			if guarded {
-				require.Zero(t, g.admitted, "no group passed the guard")
+			if byRule {
+				require.Empty(t, r.asked(), "the statement decided, nobody was asked")
+				require.Equal(t, 3, r.admitted)
+				require.Len(t, r.refused, 2)
+				for _, d := range r.refused {
+					require.Equal(t, tenantcap.ReasonTenant, d.Reason)
+					require.Equal(t, 2, d.Own)
+				}
 			}
 		})
 	}
 }
 
-// A group under a guard it stays within commits in the round trip that
-// writes it: nobody is asked, and the result is the stored run.
-func TestGuardedGroupCommitsWithoutAsking(t *testing.T) {
+// A group under a rule commits in the round trip that writes it: nobody is
+// asked, and the result is the stored run.
+func TestRuledGroupCommitsWithoutAsking(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	g := &guarding{shard: 1000}
-	c := b.committer(t, groupOpts{Admitter: g})
+	r := &ruled{rule: noLimit()}
+	c := b.committer(t, groupOpts{Admitter: r})
 	ps := []StartParams{params(t, "acme", "r1"), params(t, "acme", "r2"), params(t, "globex", "g1")}
 	out := c.StartMany(b.ctx, ps)
 	for i, o := range out {
@@ -194,22 +218,22 @@ func TestGuardedGroupCommitsWithoutAsking(t *testing.T) {
 		require.Equal(t, stored, o.Result.Run, "the answer is the stored run")
 		require.NotZero(t, o.Result.TaskID)
 	}
-	require.Empty(t, g.asked())
-	require.Equal(t, 3, g.admitted)
+	require.Empty(t, r.asked())
+	require.Equal(t, 3, r.admitted)
 	require.Equal(t, 2, b.running(t, "acme"))
 }
 
-// A start the database refuses is rolled back alone; the others of its
-// group commit.
+// A start the database refuses fails alone; the others of its group
+// commit.
 func TestGroupStatementErrorFailsOneStart(t *testing.T) {
 	t.Parallel()
-	for _, guarded := range []bool{false, true} {
-		t.Run(fmt.Sprintf("guarded=%v", guarded), func(t *testing.T) {
+	for _, byRule := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rule=%v", byRule), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			var adm Admitter = &recorder{}
-			if guarded {
-				adm = &guarding{shard: 1000}
+			if byRule {
+				adm = &ruled{rule: noLimit()}
 			}
 			c := b.committer(t, groupOpts{Admitter: adm})
 			bad := params(t, "acme", "bad")
@@ -231,7 +255,7 @@ func TestGroupStatementErrorFailsOneStart(t *testing.T) {
 func TestGroupReplaysAndConflicts(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	c := b.committer(t, groupOpts{Admitter: &guarding{shard: 1000}})
+	c := b.committer(t, groupOpts{Admitter: &ruled{rule: noLimit()}})
 	_, err := c.Start(b.ctx, params(t, "acme", "old"))
 	require.NoError(t, err)
 	other := params(t, "acme", "dup", func(r *api.StartRequest) { r.Input = json.RawMessage(`{"other":true}`) })
@@ -316,4 +340,63 @@ func TestCommitterConcurrentTenantsKeepLimits(t *testing.T) {
 	require.Equal(t, tenants*limit, b.count(t, `SELECT count(*) FROM tasks WHERE queue = 'shared' AND state = 'pending'`))
 	_, err := c.Start(b.ctx, params(t, "tenant0", "after-close"))
 	require.ErrorIs(t, err, ErrClosed)
+}
+
+// A group holds the shard's admission lock and its tenants' count rows for
+// its statement, not while it waits for its commit to reach the disk:
+// while one group waits for its flush (held there by a test hook), the
+// admission lock and its tenant's row are free, and another group, of the
+// same tenant even, commits and is answered.
+func TestGroupsOverlapTheirFlushes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := NewCommitter(b.db, 1, CommitterOptions{Flushers: 2, MaxBatch: 4, Admitter: &ruled{rule: noLimit()}})
+	t.Cleanup(c.Close)
+	waiting, release := make(chan struct{}), make(chan struct{})
+	var (
+		first    atomic.Bool
+		released sync.Once
+	)
+	// Runs before c.Close: a failing check must not leave the hook waiting.
+	t.Cleanup(func() { released.Do(func() { close(release) }) })
+	c.committed = func() {
+		if first.CompareAndSwap(false, true) {
+			close(waiting)
+			<-release
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Start(b.ctx, params(t, "acme", "a1"))
+		done <- err
+	}()
+	select {
+	case <-waiting:
+	case err := <-done:
+		t.Fatalf("the first group was answered (%v) without its commit", err)
+	}
+
+	var held int
+	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND classid = 1213346391 AND objid = 0 AND objsubid = 2
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&held))
+	require.Zero(t, held, "the shard's admission lock is free while the group waits for its flush")
+	tx, err := b.db.Begin(b.ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(b.ctx, `SELECT 1 FROM tenant_running WHERE tenant = 'acme' FOR NO KEY UPDATE NOWAIT`)
+	require.NoError(t, err, "a completion of the tenant could take its count row meanwhile")
+	require.NoError(t, tx.Rollback(b.ctx))
+
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	res, err := c.Start(ctx, params(t, "acme", "a2"))
+	require.NoError(t, err, "a second group commits while the first waits for its flush")
+	require.True(t, res.Created)
+	select {
+	case err := <-done:
+		t.Fatalf("the first group was answered (%v) before its flush", err)
+	default:
+	}
+	released.Do(func() { close(release) })
+	require.NoError(t, <-done)
 }

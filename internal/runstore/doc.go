@@ -4,14 +4,16 @@
 //
 // The gateway starts runs through a Committer, which groups concurrent
 // starts for a shard into shared transactions (group commit), so one disk
-// flush carries many starts. A group is written by one statement
-// (RunStartMany); under an admission Guard it commits in the same round
-// trip, otherwise each new run is put to the Admitter with the counts it
-// would have had alone. A refused start is rolled back alone, and a start
-// the database refuses is isolated by writing the group start by start,
-// each under a savepoint. The Committer's flushers share one queue that
-// keeps each tenant in one group at a time (intake.go). Start and StartTx
-// write a single start.
+// flush carries many starts. A group is one call of harvest_start_group
+// (RunStartGroup), which decides admission for each new run with the rule
+// the Admitter gives (a tenantcap.Ruler) and writes the admitted ones; it
+// commits without waiting for the flush, so its locks are free at once,
+// and the callers are answered after a flush wait in the same round trip.
+// An Admitter that is only a Hook is asked in Go about each new run of the
+// group as written, and the group is written again without the refused
+// ones. A start the database refuses fails alone. The Committer's flushers
+// share one queue that keeps each tenant in one group until that group
+// commits (intake.go). Start and StartTx write a single start.
 //
 // Cancel takes a run's tasks out of play by marking them done. It touches
 // no fairness state: a key head that pointed at a cancelled task is stale,

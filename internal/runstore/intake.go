@@ -10,10 +10,13 @@ import (
 // the queued starts of every tenant that no other group holds, so a
 // tenant is never written by two groups at once (they would wait on each
 // other's count lock) while any free flusher can take any other tenant's
-// starts. A tenant's starts leave in the order they came.
+// starts. A tenant's starts leave in the order they came. A group holds
+// its tenants until it commits (unhold), not until its commit reaches the
+// disk: the next group of a tenant is written while the previous one
+// waits for its flush.
 //
-// While a group is in flight, another flusher starts a group only once
-// overlap starts wait for it. A second group at once costs the database as
+// While a group is in flight (taken and not yet committed), another
+// flusher starts a group only once overlap starts wait for it. A second group at once costs the database as
 // much fixed work as the first; when every flusher took whatever arrived,
 // the starts split into many small groups and the shard did less, not more
 // (measured: 8 clients of 8 tenants, 2,600 starts/s with two flushers
@@ -26,9 +29,12 @@ type intake struct {
 	mu       sync.Mutex
 	items    []*pending
 	held     map[string]struct{} // tenants of the groups in flight
-	inflight int                 // groups taken and not yet released
-	closed   bool
-	changed  chan struct{} // closed and replaced whenever a take could newly succeed
+	inflight int                 // groups taken and neither committed nor released
+	// freed marks the groups (by their first start) whose tenants were
+	// given up at their commit (unhold), before they were answered.
+	freed   map[*pending]bool
+	closed  bool
+	changed chan struct{} // closed and replaced whenever a take could newly succeed
 }
 
 // newIntake makes a queue of at most capacity starts whose second and
@@ -38,6 +44,7 @@ func newIntake(capacity, overlap int) *intake {
 		slots:   make(chan struct{}, capacity),
 		overlap: max(overlap, 1),
 		held:    make(map[string]struct{}),
+		freed:   make(map[*pending]bool),
 		changed: make(chan struct{}),
 	}
 }
@@ -170,10 +177,33 @@ func (q *intake) isHeld(tenant string) bool {
 	return ok
 }
 
-// release frees the tenants of a group that has been answered.
+// unhold frees the tenants of a group that has committed and waits for
+// its commit to reach the disk: its locks are free already, so the next
+// group of its tenants can be written meanwhile (it sees this one's runs),
+// and it no longer counts as a group in flight for the overlap rule.
+func (q *intake) unhold(batch []*pending) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(batch) == 0 || q.freed[batch[0]] {
+		return
+	}
+	q.freed[batch[0]] = true
+	for _, it := range batch {
+		delete(q.held, it.p.Tenant)
+	}
+	q.inflight--
+	q.notifyLocked()
+}
+
+// release frees the tenants of a group that has been answered (unless its
+// commit freed them already).
 func (q *intake) release(batch []*pending) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.freed[batch[0]] {
+		delete(q.freed, batch[0])
+		return
+	}
 	for _, it := range batch {
 		delete(q.held, it.p.Tenant)
 	}

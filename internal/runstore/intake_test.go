@@ -25,6 +25,31 @@ func (q *intake) tryTake(max int) []*pending {
 	return q.stepLocked(nil, max)
 }
 
+// A group that committed gives up its tenants before it is answered: the
+// next group of the tenant may go while it waits for its flush, and its
+// release later does not free the tenant that group holds.
+func TestIntakeUnholdLetsTheNextGroupIn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	q := newIntake(16, 4)
+	_, err := q.push(ctx, item("a", 1))
+	require.NoError(t, err)
+	first := q.tryTake(8)
+	require.Len(t, first, 1)
+	_, err = q.push(ctx, item("a", 2))
+	require.NoError(t, err)
+	require.Empty(t, q.tryTake(8), "a is held by the group in flight")
+	q.unhold(first)
+	second := q.tryTake(8)
+	require.Len(t, second, 1, "once the first group committed, the next one goes")
+	_, err = q.push(ctx, item("a", 3))
+	require.NoError(t, err)
+	q.release(first)
+	require.Empty(t, q.tryTake(8), "the first group's release leaves a to the second group")
+	q.release(second)
+	require.Len(t, q.tryTake(8), 1)
+}
+
 func TestIntakeKeepsTenantInOneGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

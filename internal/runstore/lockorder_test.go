@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -138,6 +139,32 @@ func TestTenantRowsAreLockedInByteOrder(t *testing.T) {
 					return tx.Commit(ctx)
 				})
 			})
+			t.Run("start statement", func(t *testing.T) {
+				// The statement of a start group locks the rows itself,
+				// whatever order its starts come in.
+				var items []*pending
+				for i, tenant := range []string{second, first} {
+					it := &pending{p: StartParams{Tenant: tenant, Shard: 1, Req: api.StartRequest{
+						ID: fmt.Sprint("stmt-", i), Name: "echo", Queue: "lock-stmt", Input: json.RawMessage(`{}`)}}}
+					var err error
+					it.row, err = startRowOf(&it.p)
+					require.NoError(t, err)
+					items = append(items, it)
+				}
+				g := newGroup(items)
+				g.sent[0], g.sent[1] = g.sent[1], g.sent[0]
+				requireByteOrder(t, b, first, second, func(ctx context.Context, conn *pgx.Conn) error {
+					tx, err := conn.Begin(ctx)
+					if err != nil {
+						return err
+					}
+					defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
+					if _, err := tx.Exec(ctx, sqlRunStartGroup, groupArgs(g, nil, false)...); err != nil {
+						return err
+					}
+					return tx.Commit(ctx)
+				})
+			})
 			t.Run("completion batch", func(t *testing.T) {
 				id1, tok1 := leaseTask(t, b, second, 1, 3, time.Hour)
 				id2, tok2 := leaseTask(t, b, first, 1, 3, time.Hour)
@@ -148,6 +175,36 @@ func TestTenantRowsAreLockedInByteOrder(t *testing.T) {
 					})
 					if err != nil {
 						return err
+					}
+					return errors.Join(errs...)
+				})
+			})
+			t.Run("outcome batch", func(t *testing.T) {
+				// Every kind at once: the runs of both tenants finish (a
+				// completion of second's, a final failure of first's),
+				// beside a retry, a continuation and a release.
+				done2, tok2 := leaseTask(t, b, second, 1, 3, time.Hour)
+				fail1, tokF := leaseTask(t, b, first, 1, 1, time.Hour)
+				retry1, tokR := leaseTask(t, b, first, 1, 3, time.Hour)
+				cont2, tokC := leaseTask(t, b, second, 1, 3, time.Hour)
+				back1, tokB := leaseTask(t, b, first, 1, 3, time.Hour)
+				requireByteOrder(t, b, first, second, func(ctx context.Context, conn *pgx.Conn) error {
+					res, err := claim.RecordOutcomes(ctx, conn, time.Time{}, []claim.Outcome{
+						{Kind: claim.OutcomeComplete, ID: done2, Token: tok2, Output: json.RawMessage(`1`)},
+						{Kind: claim.OutcomeContinue, ID: cont2, Token: tokC},
+						{Kind: claim.OutcomeFail, ID: retry1, Token: tokR, Fail: claim.FailOptions{Error: "again", RetryAfter: time.Second}},
+						{Kind: claim.OutcomeRelease, ID: back1, Token: tokB},
+						{Kind: claim.OutcomeFail, ID: fail1, Token: tokF, Fail: claim.FailOptions{Error: "last", RetryAfter: time.Second}},
+					})
+					if err != nil {
+						return err
+					}
+					var errs []error
+					for _, r := range res {
+						errs = append(errs, r.Err)
+					}
+					if res[0].Run == nil || res[4].Run == nil {
+						errs = append(errs, errors.New("the two finished runs were not returned"))
 					}
 					return errors.Join(errs...)
 				})
@@ -274,4 +331,159 @@ func TestTenantLockOrderUnderConcurrency(t *testing.T) {
 	drift, err := tenantcap.Drift(b.ctx, b.db)
 	require.NoError(t, err)
 	require.Empty(t, drift, "every tenant's count equals its unfinished runs")
+}
+
+// Workers recording every kind of outcome in batches (completions,
+// continuations, retries, final failures, releases) of tenants whose byte
+// order and collation order differ, while start groups, rescues and
+// recounts commit: no statement deadlocks (each batch runs in a
+// transaction of its own, so a deadlock would surface instead of being
+// retried), and every count equals a recount afterwards. With 1, 4 and 16
+// workers.
+func TestOutcomeBatchesUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	for _, workers := range []int{1, 4, 16} {
+		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) {
+			t.Parallel()
+			// The first error stops every loop, so that a worker left
+			// waiting for tasks another one stranded cannot hang the test.
+			ctx, stop := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer stop()
+			cfg, err := pgxpool.ParseConfig(testsvc.NewDBCollatedURL(t, "en-US"))
+			require.NoError(t, err)
+			cfg.MaxConns = int32(workers + 4)
+			db, err := pgxpool.NewWithConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(db.Close)
+			b := bundle{ctx: ctx, db: db}
+			tenants := []string{"a-c", "a_b", "B", "a", "Zeta", "alpha-1"}
+			c := NewCommitter(db, 1, CommitterOptions{Flushers: 2, MaxBatch: 16, Admitter: &recorder{}})
+			defer c.Close()
+
+			const rounds = 10
+			errc := make(chan error, 1024)
+			report := func(what string, err error) {
+				if err != nil {
+					errc <- fmt.Errorf("%s: %w", what, err)
+					stop()
+				}
+			}
+			var starting sync.WaitGroup
+			var wg sync.WaitGroup
+			starting.Add(1)
+			wg.Go(func() {
+				defer starting.Done()
+				for r := range rounds {
+					var ps []StartParams
+					for i := len(tenants) - 1; i >= 0; i-- {
+						ps = append(ps, StartParams{Tenant: tenants[i], Shard: 1, Req: api.StartRequest{
+							ID: fmt.Sprintf("s%d", r), Name: "mix", Queue: "mix-q", Input: json.RawMessage(`{}`)}})
+					}
+					for _, res := range c.StartMany(ctx, ps) {
+						report("start", res.Err)
+					}
+				}
+			})
+			started := make(chan struct{})
+			go func() { starting.Wait(); close(started) }()
+			for w := range workers {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(w), 35))
+					for ctx.Err() == nil {
+						got, err := claim.ClaimBatch(ctx, db, claim.Request{Queue: "mix-q", Worker: fmt.Sprintf("w%d", w)}, 8)
+						if err != nil {
+							report("claim", err)
+							return
+						}
+						var outs []claim.Outcome
+						for _, g := range got {
+							if !g.OK {
+								continue
+							}
+							o := claim.Outcome{ID: g.Task.ID, Token: g.Task.LeaseToken}
+							switch k := rng.IntN(10); {
+							case k < 3:
+								o.Kind, o.Output = claim.OutcomeComplete, json.RawMessage(`{}`)
+							case k < 5 && g.Task.Step < 2:
+								o.Kind = claim.OutcomeContinue
+								o.Continue = claim.ContinueOptions{StickyFor: time.Second}
+							case k < 7:
+								o.Kind, o.Fail = claim.OutcomeFail, claim.FailOptions{Error: "again", RetryAt: time.Now().Add(-time.Second)}
+							case k < 8:
+								o.Kind, o.Fail = claim.OutcomeFail, claim.FailOptions{Error: "bad input"}
+							case k < 9:
+								o.Kind = claim.OutcomeRelease
+							default:
+								o.Kind = claim.OutcomeComplete
+							}
+							outs = append(outs, o)
+						}
+						if len(outs) == 0 {
+							select {
+							case <-started:
+								var left int
+								if err := db.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE queue = 'mix-q' AND state <> 'done'`).Scan(&left); err != nil {
+									report("count", err)
+									return
+								}
+								if left == 0 {
+									return
+								}
+							default:
+							}
+							time.Sleep(time.Millisecond)
+							continue
+						}
+						tx, err := db.Begin(ctx)
+						if err != nil {
+							report("begin", err)
+							return
+						}
+						res, err := claim.RecordOutcomes(ctx, tx, time.Time{}, outs)
+						if err == nil {
+							err = tx.Commit(ctx)
+						}
+						_ = tx.Rollback(ctx)
+						if err != nil {
+							report("record", err)
+							return
+						}
+						for _, r := range res {
+							report("record", r.Err)
+						}
+					}
+				})
+			}
+			// Expired leases on their last attempt, rescued, and recounts.
+			wg.Go(func() {
+				for r := range rounds {
+					for i, tenant := range tenants {
+						if (r+i)%2 == 0 {
+							leaseTask(t, b, tenant, 1, 1, -time.Second)
+						}
+					}
+					_, err := claim.RescueExpired(ctx, db, 100)
+					report("rescue", err)
+					_, err = tenantcap.Recount(ctx, db)
+					report("recount", err)
+				}
+			})
+			wg.Wait()
+			close(errc)
+			for err := range errc {
+				if errors.Is(err, claim.ErrDeadlock) {
+					t.Errorf("deadlock: %v", err)
+					continue
+				}
+				t.Error(err)
+			}
+			require.NoError(t, ctx.Err(), "the mix did not drain in time")
+			drift, err := tenantcap.Drift(ctx, db)
+			require.NoError(t, err)
+			require.Empty(t, drift, "every tenant's count equals its unfinished runs")
+			var unfinished int
+			require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM runs WHERE finished_at IS NULL AND queue = 'mix-q'`).Scan(&unfinished))
+			require.Zero(t, unfinished, "every run of the mix ended")
+		})
+	}
 }

@@ -16,13 +16,13 @@ func TestFencedTenantsStartsAreRefusedAlone(t *testing.T) {
 	b := setup(t)
 	_, err := b.db.Exec(b.ctx, `INSERT INTO tenant_fences (tenant, moved_to) VALUES ('gone', 2)`)
 	require.NoError(t, err)
-	for _, guarded := range []bool{false, true} {
+	for _, byRule := range []bool{false, true} {
 		o := groupOpts{}
-		if guarded {
-			o.Admitter = &guarding{shard: 1 << 20}
+		if byRule {
+			o.Admitter = &ruled{rule: noLimit()}
 		}
 		c := b.committer(t, o)
-		suffix := map[bool]string{false: "-plain", true: "-guarded"}[guarded]
+		suffix := map[bool]string{false: "-plain", true: "-ruled"}[byRule]
 		out := c.StartMany(b.ctx, []StartParams{
 			params(t, "gone", "g1"+suffix), params(t, "stays", "s1"+suffix), params(t, "gone", "g2"+suffix),
 		})

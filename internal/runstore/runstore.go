@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/shard"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 //go:embed sql/*.sql
@@ -27,7 +27,8 @@ func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
 
 var (
 	sqlRunStart        = mustSQL("RunStart")
-	sqlRunStartMany    = mustSQL("RunStartMany")
+	sqlRunStartGroup   = mustSQL("RunStartGroup")
+	sqlRunStartFlush   = mustSQL("RunStartFlush")
 	sqlRunGet          = mustSQL("RunGet")
 	sqlRunList         = mustSQL("RunList")
 	sqlRunLock         = mustSQL("RunLock")
@@ -186,7 +187,7 @@ func (r *startRow) args() []any {
 		r.maxAttempts, r.timeoutMS, r.runAt, r.delayUS, r.trace, r.fired}
 }
 
-// manyArgs are the arrays of RunStartMany for starts, in order.
+// manyArgs are the start arrays of RunStartGroup for starts, in order.
 func manyArgs(starts []*pending) []any {
 	n := len(starts)
 	var (
@@ -210,88 +211,95 @@ func manyArgs(starts []*pending) []any {
 		timeouts, runAts, delays, traces}
 }
 
-// startedRow is one row of RunStartMany.
+// The fates of a start in a group (harvest_start_group).
+const (
+	outcomeNew      = "new"
+	outcomeExisting = "existing"
+	outcomeMoved    = "moved"
+	outcomeSkipped  = "skipped"
+	outcomeRefused  = "refused"
+	outcomeLease    = "lease"
+	outcomeError    = "error"
+)
+
+// startedRow is one row of RunStartGroup: what became of one start.
 type startedRow struct {
-	tenant, id  string
-	pk          int64
-	taskID      int64
-	due         bool // the task is pending, not scheduled
-	busy        bool // the queue had pending tasks before the statement
-	tenantAfter int  // the tenant's count after the statement
-	shardBefore int  // the shard's count before the statement
-	lease       int  // the shard's capacity lease
-	scheduled   int  // the tenant's runs not due yet after the statement (0: no such start of it)
-	now         time.Time
+	ord     int32
+	outcome string
+	// reason is why the rule refused it (tenantcap's Reason names, or
+	// 'closed').
+	reason        string
+	pk, taskID    int64
+	due, busy     bool
+	own, shard    int64 // the tenant's and the shard's counts before it
+	lease         int64 // the shard's capacity lease
+	scheduled     int64 // the tenant's runs not due yet with it (0: it is due)
+	movedTo       int32
+	errCode       string
+	errMessage    string
+	errConstraint string
+	createdAt     time.Time
 }
 
-// scanStartedMany reads one row of RunStartMany.
-func scanStartedMany(rows pgx.Rows) (startedRow, error) {
-	var r startedRow
-	var guarded bool
-	err := rows.Scan(&r.tenant, &r.id, &r.pk, &r.taskID, &r.due, &r.busy, &r.tenantAfter, &r.shardBefore, &r.now, &r.lease, &guarded, &r.scheduled)
+// scan reads one row of RunStartGroup.
+func (r *startedRow) scan(rows pgx.Rows) error {
+	var (
+		reason, code, msg, constraint *string
+		pk, task, own, shard          *int64
+		lease, scheduled              *int64
+		due, busy                     *bool
+		moved                         *int32
+	)
+	err := rows.Scan(&r.ord, &r.outcome, &reason, &pk, &task, &due, &busy, &own, &shard, &lease, &scheduled,
+		&moved, &code, &msg, &constraint, &r.createdAt)
 	if err != nil {
-		return startedRow{}, fmt.Errorf("runstore: start group: %w", err)
+		return fmt.Errorf("runstore: start group: %w", err)
 	}
-	return r, nil
+	r.reason, r.errCode, r.errMessage, r.errConstraint = deref(reason), deref(code), deref(msg), deref(constraint)
+	r.pk, r.taskID, r.own, r.shard = deref(pk), deref(task), deref(own), deref(shard)
+	r.lease, r.scheduled, r.due, r.busy, r.movedTo = deref(lease), deref(scheduled), deref(due), deref(busy), deref(moved)
+	return nil
 }
 
-// settleStarted hands the rows of RunStartMany to their starts, with the
-// counts and the queue state each start would have seen had the starts
-// been written one after the other in their order: the tenant's count and
-// the shard's count including the run and the new runs before it, and a
-// queue made busy by an earlier start due now.
-func settleStarted(rows []startedRow, starts []*pending, shard int) error {
-	type key struct{ tenant, id string }
-	index := make(map[key]int, len(starts))
-	for i, it := range starts {
-		index[key{it.p.Tenant, it.p.Req.ID}] = i
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
 	}
-	order := make([]int, len(rows))
-	perTenant, notDue := map[string]int{}, map[string]int{}
-	for n, r := range rows {
-		i, ok := index[key{r.tenant, r.id}]
-		if !ok {
-			return fmt.Errorf("runstore: start group: a row for %s/%s, which was not sent", r.tenant, r.id)
-		}
-		order[n] = i
-		perTenant[r.tenant]++
-		if !r.due {
-			notDue[r.tenant]++
-		}
+	return *p
+}
+
+// result is the answer to the start of a new run: the run as stored, and
+// the counts it was admitted with (its own included).
+func (r *startedRow) result(it *pending, shard int) StartResult {
+	req := &it.p.Req
+	return StartResult{
+		Run: api.Run{
+			ID: req.ID, Tenant: it.p.Tenant, Name: req.Name, Queue: req.Queue, Shard: shard,
+			FairnessKey: it.row.key, QuotaKey: it.row.quota, Priority: req.Priority,
+			Status: api.StatusQueued, CreatedAt: api.Time{Time: r.createdAt},
+		},
+		Created:      true,
+		TaskID:       r.taskID,
+		QueueBusy:    r.busy,
+		Running:      int(r.own) + 1,
+		ShardRunning: int(r.shard) + 1,
+		ShardLease:   int(r.lease),
+		Scheduled:    int(r.scheduled),
 	}
-	byStart := make(map[int]startedRow, len(rows))
-	for n, r := range rows {
-		byStart[order[n]] = r
+}
+
+// decision is the refusal of a start the statement refused by rule, in
+// tenantcap's words: its 429's message names the limit and the counts.
+func (r *startedRow) decision(rule tenantcap.Rule, tenant string) tenantcap.Decision {
+	d, _ := rule.Judge(tenant, int(r.shard), int(r.own), int(r.lease), int(r.scheduled))
+	if d.Admit || string(d.Reason) != r.reason {
+		// The statement and Judge disagree, which their property test
+		// rules out: the statement's decision stands, it is what was
+		// written.
+		d.Admit, d.Reason, d.RetryAfter = false, tenantcap.Reason(r.reason), rule.RetryAfter
 	}
-	slices.Sort(order)
-	seenTenant, seenNotDue := map[string]int{}, map[string]int{}
-	dueQueue := map[string]bool{}
-	for n, i := range order {
-		r, it := byStart[i], starts[i]
-		req := &it.p.Req
-		seenTenant[r.tenant]++
-		it.res = StartResult{
-			Run: api.Run{
-				ID: r.id, Tenant: r.tenant, Name: req.Name, Queue: req.Queue, Shard: shard,
-				FairnessKey: it.row.key, QuotaKey: it.row.quota, Priority: req.Priority,
-				Status: api.StatusQueued, CreatedAt: api.Time{Time: r.now},
-			},
-			Created:      true,
-			TaskID:       r.taskID,
-			QueueBusy:    r.busy || dueQueue[req.Queue],
-			Running:      r.tenantAfter - perTenant[r.tenant] + seenTenant[r.tenant],
-			ShardRunning: r.shardBefore + n + 1,
-			ShardLease:   r.lease,
-		}
-		it.found = true
-		if r.due {
-			dueQueue[req.Queue] = true
-		} else {
-			seenNotDue[r.tenant]++
-			it.res.Scheduled = r.scheduled - notDue[r.tenant] + seenNotDue[r.tenant]
-		}
-	}
-	return nil
+	return d
 }
 
 // quotaKey is the quota key a run stores: the request's, or empty.

@@ -88,15 +88,16 @@ func (a *Admitter) Totals() *Totals { return a.totals }
 // Leases is the capacity leases the Admitter judges by (nil: none).
 func (a *Admitter) Leases() *Leases { return a.leases }
 
-// Admit implements Hook, the gateway's admission hook. The
-// committer asks it inside the start's transaction on the tenant's home
-// shard, after the run, its task and the tenant's count were written
-// (in.Running and in.ShardRunning include the new run) and only for new
-// runs, so a replay is never refused. The committer locked the tenant's
-// tenant_running row before writing, and holds the lock until the group
-// commits: concurrent starts of the tenant on every gateway queue behind
-// it, so the count is exact and the tenant is admitted exactly up to its
-// limit.
+// Admit implements Hook, the admission hook of the starts that are
+// written one at a time (deferred starts, their firing, retries): it is
+// asked inside the start's transaction on the tenant's home shard, after
+// the run, its task and the tenant's count were written (in.Running and
+// in.ShardRunning include the new run) and only for new runs, so a replay
+// is never refused. The transaction holds the shard's admission lock and
+// the tenant's tenant_running row until it commits: concurrent starts of
+// the tenant on every gateway queue behind it, so the count is exact and
+// the tenant is admitted exactly up to its limit. (A start group is not
+// asked: its statement judges its runs by Rule, the same decision.)
 //
 // It returns nil to keep the run, or an *api.Error 429 (over_limit, with
 // retry_after_ms) to have the committer roll this start back alone.
@@ -119,136 +120,64 @@ func (a *Admitter) Admit(ctx context.Context, in Admission) error {
 // take that capacity first. It fails when in.Shard is not a shard of the
 // totals; a lease that cannot be read or moved is an *api.Error 503.
 func (a *Admitter) Check(ctx context.Context, in Admission) (Decision, error) {
-	if in.Shard < 0 || in.Shard >= a.totals.Shards() {
-		return Decision{}, fmt.Errorf("tenantcap: shard %d out of range (%d shards)", in.Shard, a.totals.Shards())
-	}
-	if in.Scheduled > 0 {
-		cfg := a.config()
-		if limit := ScheduledCap(cfg, a.maxRuns, len(a.tenants())); in.Scheduled > limit {
-			return Decision{Reason: ReasonScheduled, Algorithm: cfg.Algorithm, TFM: cfg.TFM, MaxRuns: a.maxRuns,
-				Tenants: len(a.tenants()), Own: in.Running - 1, Tenant: in.Tenant, RetryAfter: a.retryAfter,
-				Scheduled: in.Scheduled, ScheduledCap: limit}, nil
-		}
-	}
 	// Both figures include the run being admitted: judge the state before it.
-	return a.judge(ctx, in.Shard, in.Tenant, in.Running-1, in.ShardRunning-1, in.ShardLease)
+	return a.judge(ctx, in.Shard, in.Tenant, in.Running-1, in.ShardRunning-1, in.ShardLease, in.Scheduled)
 }
 
-// judge decides with the shard's lease, taking more capacity when that
-// alone refuses.
-func (a *Admitter) judge(ctx context.Context, shard int, tenant string, own, local, lease int) (Decision, error) {
-	if a.leases == nil {
-		return a.decide(shard, tenant, own, local, -1), nil
+// judge decides by the rule in force, taking more capacity when the
+// shard's lease alone refuses.
+func (a *Admitter) judge(ctx context.Context, shard int, tenant string, own, local, lease, scheduled int) (Decision, error) {
+	r, err := a.Rule(shard)
+	if err != nil {
+		return Decision{}, err
 	}
-	d := a.decide(shard, tenant, own, local, lease)
-	if d.Admit {
+	d, more := r.Judge(tenant, local, own, lease, scheduled)
+	if !more {
 		return d, nil
 	}
-	need := a.leaseNeeded(shard, tenant, own, local)
-	if need > lease {
-		got, err := a.leases.Acquire(ctx, shard, need)
-		if err != nil {
-			return Decision{}, api.NewError(api.CodeUnavailable, "admission: could not take capacity for shard %d from shard 0; try again shortly", shard)
-		}
-		// Capacity only grows while the caller holds the shard's admission
-		// lock (a return takes it), so the lease now is at least got.
-		if d = a.decide(shard, tenant, own, local, max(got, lease)); d.Admit {
-			return d, nil
-		}
+	need := r.LeaseNeeded(local, own)
+	if need <= lease {
+		return d, nil
 	}
-	// Refused. The lease's bound on the other shards makes the total look
-	// larger than it is; a refusal says what the system holds by the
-	// cached totals when they refuse too (a tenant at its limit, a full
-	// system), and what the lease left otherwise.
-	if dv := a.decide(shard, tenant, own, local, -1); !dv.Admit {
-		return dv, nil
+	got, err := a.Acquire(ctx, shard, need)
+	if err != nil {
+		return Decision{}, err
 	}
+	// Capacity only grows while the caller holds the shard's admission
+	// lock (a return takes it), so the lease now is at least got. Still
+	// refused, d is the refusal the larger lease gives.
+	d, _ = r.Judge(tenant, local, own, max(got, lease), scheduled)
 	return d, nil
 }
 
-// leaseNeeded is the smallest lease with which the start would be
-// admitted, or 0 when no lease would do (a tenant at its Static limit).
-// The decision only improves as the lease grows: a larger lease admits
-// more runs on the shard and, under Dynamic, bounds the other shards'
-// runs lower, which raises the tenant's limit.
-func (a *Admitter) leaseNeeded(shard int, tenant string, own, local int) int {
-	admits := func(lease int) bool { return a.decide(shard, tenant, own, local, lease).Admit }
-	lo, hi := local+1, max(a.maxRuns, local+1)
-	if !admits(hi) {
-		return 0
+// Rule implements Ruler: the rule new runs on shard are judged by now
+// (the configuration in force, the registered tenants, the other shards'
+// cached totals). It fails when shard is not a shard of the totals.
+func (a *Admitter) Rule(shard int) (Rule, error) {
+	if shard < 0 || shard >= a.totals.Shards() {
+		return Rule{}, fmt.Errorf("tenantcap: shard %d out of range (%d shards)", shard, a.totals.Shards())
 	}
-	for lo < hi {
-		mid := lo + (hi-lo)/2
-		if admits(mid) {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	return lo
+	others, _ := a.totals.Others(shard)
+	return Rule{Config: a.config(), MaxRuns: a.maxRuns, Tenants: len(a.tenants()), Others: others,
+		Leased: a.leases != nil, RetryAfter: a.retryAfter}, nil
 }
 
-// Guard implements Guarder: it bounds the counts up to which
-// every new run of a group is sure to be admitted, so the committer can
-// commit the group in the round trip that writes it. The bounds follow
-// from Decide being monotone: a start is admitted when the total before it
-// is under max_runs and the tenant's own count under its limit, and the
-// limit never grows with the total. A group that goes past them is written
-// again and each of its new runs judged by Admit, so the guard only has
-// to be safe, never exact. It gives no guard (false) when it would let
-// nothing through.
-func (a *Admitter) Guard(r GuardRequest) (Guard, bool) {
-	if r.Shard < 0 || r.Shard >= a.totals.Shards() || r.Scheduled > 0 {
-		return Guard{}, false
-	}
-	others, _ := a.totals.Others(r.Shard)
-	local := max(r.ShardRunning, a.totals.Snapshot()[r.Shard].Running)
+// Acquire implements Ruler: it makes the shard's lease at least need
+// (Leases.Acquire) and returns the lease then. Without Leases there is no
+// lease to grow and it returns 0. A failure is an *api.Error 503.
+func (a *Admitter) Acquire(ctx context.Context, shard, need int) (int, error) {
 	if a.leases == nil {
-		return guard(a.config(), a.maxRuns, len(a.tenants()), others, local, r.Tenants, r.Starts)
+		return 0, nil
 	}
-	// Judged as Check judges: the other shards hold at most what the
-	// shard's lease leaves of max_runs. The lease is this gateway's last
-	// sight of it; the statement checks the real one (Guard.Lease).
-	g, ok := guard(a.config(), a.maxRuns, len(a.tenants()), max(others, a.maxRuns-a.leases.Cached(r.Shard)), local, r.Tenants, r.Starts)
-	g.Lease = true
-	return g, ok
+	got, err := a.leases.Acquire(ctx, shard, need)
+	if err != nil {
+		return 0, api.NewError(api.CodeUnavailable, "admission: could not take capacity for shard %d from shard 0; try again shortly", shard)
+	}
+	return got, nil
 }
 
-// guard computes Guard for a group of at most starts new runs of tenants
-// on a shard whose count is about local, the other shards holding others.
-func guard(cfg Config, maxRuns, tenants, others, local int, groupTenants []string, starts int) (Guard, bool) {
-	// With this many runs on the shard after the group, the total before
-	// each of its starts is under max_runs.
-	shardCap := maxRuns - others
-	if cfg.Algorithm == Dynamic {
-		// The tenant limit shrinks as the total grows: bound the total a
-		// little above where the shard is expected to be, for a limit as
-		// large as can be promised.
-		shardCap = min(shardCap, local+2*starts+guardMargin)
-	}
-	if shardCap <= 0 {
-		return Guard{}, false
-	}
-	g := Guard{Shard: shardCap}
-	limit, limited := Limit(cfg, maxRuns, tenants, shardCap-1+others)
-	if limited {
-		if limit <= 0 {
-			return Guard{}, false
-		}
-		g.Tenant = make(map[string]int, len(groupTenants))
-		for _, t := range groupTenants {
-			g.Tenant[t] = limit
-		}
-	}
-	return g, true
-}
-
-// guardMargin is the room a Dynamic guard leaves for the runs other
-// gateways start on the shard while a group is on its way.
-const guardMargin = 16
-
-// Admitted implements Guarder; the Admitter keeps no count.
-func (a *Admitter) Admitted(int) {}
+// Decided implements Ruler; the Admitter keeps no count.
+func (a *Admitter) Decided(int, []Decision) {}
 
 // AdmitBefore is the admission check for a start path that asks before it
 // writes: call it inside the start transaction on the tenant's home shard,
@@ -294,26 +223,7 @@ func (a *Admitter) CheckBefore(ctx context.Context, tx pgx.Tx, shard int, tenant
 	if err != nil {
 		return Decision{}, fmt.Errorf("tenantcap: read running counts: %w", err)
 	}
-	return a.judge(ctx, shard, tenant, int(own), int(local), int(lease))
+	return a.judge(ctx, shard, tenant, int(own), int(local), int(lease), 0)
 }
 
-// decide applies the rule to this shard's exact counts and the other
-// shards' unfinished runs: their cached totals, and with a lease (lease >=
-// 0) at least what the lease leaves of max_runs, which the others cannot
-// exceed however they interleave. (The cached totals still count when
-// they are higher: after max_runs is lowered, shards may hold more than
-// it until they give capacity back.)
-func (a *Admitter) decide(shard int, tenant string, own, local, lease int) Decision {
-	others, _ := a.totals.Others(shard)
-	if lease >= 0 {
-		others = max(others, a.maxRuns-lease)
-	}
-	d := Decide(a.config(), a.maxRuns, len(a.tenants()), local+others, own)
-	d.Tenant = tenant
-	if !d.Admit {
-		d.RetryAfter = a.retryAfter
-	}
-	return d
-}
-
-var _ Guarder = (*Admitter)(nil)
+var _ Ruler = (*Admitter)(nil)

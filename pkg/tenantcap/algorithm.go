@@ -185,6 +185,10 @@ func Limit(cfg Config, maxRuns, tenants, totalRunning int) (limit int, limited b
 	case Dynamic:
 		spare := max(maxRuns-totalRunning, 0)
 		x := cfg.TFM * float64(spare)
+		if math.IsInf(x, 1) {
+			// An absurd multiplier: x - slack(x) would be NaN, not huge.
+			return maxLimit, true
+		}
 		return clampLimit(math.Ceil(x - slack(x))), true
 	default:
 		return 0, false

@@ -13,10 +13,11 @@
 // The pure part (Algorithm, Config, Limit, Decide) holds the rules. The rest
 // binds them to the shards:
 //
-//   - Admitter.Admit runs inside the gateway's start transaction, on the
-//     tenant's home shard, before runstore.StartTx. It serialises the starts
-//     of one tenant on that shard with a transaction-scoped advisory lock, so
-//     the per-tenant count it reads is exact however many gateways race.
+//   - Admitter.Rule gives the rule (Rule) that the statement writing a
+//     start group applies to each of its new runs under the shard's locks;
+//     Rule.Judge is the same decision in Go, which Admitter.Admit and Check
+//     use for the starts written one at a time (deferred starts, retries),
+//     inside their transaction on the tenant's home shard.
 //   - Totals caches the number of unfinished runs of every shard, refreshed
 //     at a fixed interval; Admit adds the exact figure of its own shard to
 //     the cached figures of the others. See docs/admission.md for the bound
@@ -25,7 +26,8 @@
 //     settings table of shard 0 with an audit row for every change and every
 //     refused change; PublishChange and Watcher carry a change to every
 //     gateway (NATS first, a periodic reload as the fallback).
-//   - Recount heals the per-tenant counts from the runs table after a crash.
+//   - Recount heals the per-tenant counts from the runs table after a
+//     crash, and the shard's total of them (shard_running) from the counts.
 //   - BuildAdmissionView and Admitter.Usage build the bodies of
 //     GET /v1/admission and GET /v1/usage; ParsePut reads PUT /v1/admission.
 package tenantcap

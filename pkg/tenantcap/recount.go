@@ -7,19 +7,26 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Fix is one count a recount corrected.
+// Fix is one count a recount corrected: a tenant's, or the shard's
+// (Total).
 type Fix struct {
 	Tenant string `json:"tenant"`
 	Was    int    `json:"was"`
 	Now    int    `json:"now"`
-	// Created is true when the tenant had unfinished runs but no count row.
+	// Created is true when the tenant had unfinished runs but no count row,
+	// or, for the shard's count, when rows of shard_running were missing.
 	Created bool `json:"created,omitempty"`
+	// Total marks the shard's count of unfinished runs (shard_running),
+	// which must equal the sum of the tenants' counts; Tenant is empty.
+	Total bool `json:"total,omitempty"`
 }
 
 // Drift lists the tenants whose running count on the shard differs from
-// their unfinished runs, without taking a lock: one read in one snapshot,
-// in which a run and its count always agree unless the count drifted. Was
-// is the stored count, Now the recount, Created marks a missing count row.
+// their unfinished runs, and the shard's count when it differs from the
+// sum of the tenants' counts, without taking a lock: one read in one
+// snapshot, in which a run and its counts always agree unless a count
+// drifted. Was is the stored count, Now the recount, Created marks a
+// missing count row.
 func Drift(ctx context.Context, db DB) ([]Fix, error) {
 	rows, err := db.Query(ctx, sqlRecountDrift)
 	if err != nil {
@@ -30,7 +37,7 @@ func Drift(ctx context.Context, db DB) ([]Fix, error) {
 			f        Fix
 			was, now int64
 		)
-		err := r.Scan(&f.Tenant, &was, &now, &f.Created)
+		err := r.Scan(&f.Tenant, &was, &now, &f.Created, &f.Total)
 		f.Was, f.Now = int(was), int(now)
 		return f, err
 	})
@@ -45,22 +52,29 @@ func Drift(ctx context.Context, db DB) ([]Fix, error) {
 // in a short transaction of its own, returning what it corrected. The counts
 // change in the same transaction as their runs, so normally there is
 // nothing to fix and nothing is locked: it is cheap enough for every janitor
-// tick and safe next to live starts and finishes.
+// tick and safe next to live starts and finishes. When the shard's count
+// drifted, the recount holds every row of shard_running for its short
+// transaction, so starts and finishes wait for it.
 func Recount(ctx context.Context, db Beginner) ([]Fix, error) {
 	drift, err := Drift(ctx, db)
 	if err != nil || len(drift) == 0 {
 		return nil, err
 	}
-	tenants := make([]string, len(drift))
-	for i, f := range drift {
-		tenants[i] = f.Tenant
+	tenants := make([]string, 0, len(drift))
+	total := false
+	for _, f := range drift {
+		if f.Total {
+			total = true
+			continue
+		}
+		tenants = append(tenants, f.Tenant)
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("tenantcap: begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
-	fixes, err := recountTx(ctx, tx, tenants)
+	fixes, err := recountTx(ctx, tx, tenants, total)
 	if err != nil {
 		return nil, err
 	}
@@ -70,18 +84,62 @@ func Recount(ctx context.Context, db Beginner) ([]Fix, error) {
 	return fixes, nil
 }
 
-// RecountTx recounts every tenant inside a transaction the caller owns,
-// locking every count row until that transaction ends. Prefer Recount,
-// which locks only what drifted.
+// RecountTx recounts every tenant and the shard's count inside a
+// transaction the caller owns, locking every count row until that
+// transaction ends. Prefer Recount, which locks only what drifted.
 func RecountTx(ctx context.Context, tx pgx.Tx) ([]Fix, error) {
-	return recountTx(ctx, tx, nil)
+	return recountTx(ctx, tx, nil, true)
 }
 
-// recountTx locks and fixes the counts of tenants (nil: all of them).
-func recountTx(ctx context.Context, tx pgx.Tx, tenants []string) ([]Fix, error) {
-	if _, err := tx.Exec(ctx, sqlRecountLock, tenants); err != nil {
-		return nil, fmt.Errorf("tenantcap: lock running counts: %w", err)
+// recountTx locks and fixes the counts of tenants (nil: all of them; none
+// when empty) and, with total, the shard's count.
+func recountTx(ctx context.Context, tx pgx.Tx, tenants []string, total bool) ([]Fix, error) {
+	some := tenants == nil || len(tenants) > 0
+	if some {
+		if _, err := tx.Exec(ctx, sqlRecountLock, tenants); err != nil {
+			return nil, fmt.Errorf("tenantcap: lock running counts: %w", err)
+		}
 	}
+	// Then the rows of the shard's count the fixes move, by stripe: the
+	// fixes change it through the trigger on tenant_running.
+	var made int64
+	if total {
+		if err := tx.QueryRow(ctx, sqlRecountTotalLock).Scan(&made); err != nil {
+			return nil, fmt.Errorf("tenantcap: lock the shard's count: %w", err)
+		}
+	}
+	if some || total {
+		stripes := tenants
+		if total {
+			stripes = nil
+		}
+		if _, err := tx.Exec(ctx, sqlRecountStripesLock, stripes); err != nil {
+			return nil, fmt.Errorf("tenantcap: lock the shard's count: %w", err)
+		}
+	}
+	var fixes []Fix
+	if some {
+		var err error
+		if fixes, err = recountTenants(ctx, tx, tenants); err != nil {
+			return nil, err
+		}
+	}
+	if !total {
+		return fixes, nil
+	}
+	var was, now int64
+	if err := tx.QueryRow(ctx, sqlRecountTotalFix).Scan(&was, &now); err != nil {
+		return nil, fmt.Errorf("tenantcap: recount the shard's count: %w", err)
+	}
+	if was != now || made > 0 {
+		fixes = append(fixes, Fix{Total: true, Created: made > 0, Was: int(was), Now: int(now)})
+	}
+	return fixes, nil
+}
+
+// recountTenants fixes the counts of tenants (nil: all of them), whose
+// rows recountTx locked.
+func recountTenants(ctx context.Context, tx pgx.Tx, tenants []string) ([]Fix, error) {
 	var fixes []Fix
 	rows, err := tx.Query(ctx, sqlRecountFix, tenants)
 	if err != nil {

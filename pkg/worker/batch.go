@@ -2,23 +2,19 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/sourcegraph/conc"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/telemetry"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
-	"github.com/harvest-run/harvest/pkg/dispatch"
 )
 
 // Batch mode (Config.ClaimBatch > 1).
@@ -34,16 +30,13 @@ import (
 //     read the runs of all the rows taken in one query;
 //   - runs every task on a goroutine of its own, exactly as the single-claim
 //     loop does (handler, heartbeat, timeout, shutdown);
-//   - records plain completions through a completer that gathers whatever
-//     completions are waiting and writes them with one claim.CompleteBatch
-//     statement, each fenced by its own lease token. Failures, retries and
-//     continuations keep their single statements.
+//   - records every outcome through the worker's outcome batches
+//     (outcomes.go), as the single-claim loops do.
 //
-// A task holds its slot while its handler runs and until its completion is
-// queued for the completer (other outcomes: until they are recorded), the
-// way River counts its workers. The completer's queue is bounded too, so
-// the tasks a worker has leased and not yet recorded stay below
-// MaxConcurrentClaims + 2*CompleteBatch. A
+// A task holds its slot while its handler runs and until its outcome is
+// queued for the outcome flusher, the way River counts its workers. The
+// flusher's queue is bounded too, so the tasks a worker has leased and not
+// yet recorded stay below MaxConcurrentClaims + 2*CompleteBatch. A
 // claim loop that finds nothing waits for a wake-up, a dispatch or the poll
 // timer like the single-claim loop; while there is work it claims again as
 // soon as a slot is free, so a new key's task waits at most for the claim
@@ -55,8 +48,6 @@ var sqlRunsOfTasks = mustSQL("RunsOfTasks")
 // every task they started have finished and been recorded.
 func (w *Worker) batched(ctx context.Context) {
 	slots := make(chan struct{}, w.cfg.MaxConcurrentClaims)
-	comp := newCompleter(w)
-	w.completer = comp
 	// Tasks run on long-lived goroutines, one per slot, not on one new
 	// goroutine each: a fresh goroutine grows its stack again for every
 	// task, which cost the worker a tenth of its CPU at fleet rates. The
@@ -78,16 +69,12 @@ func (w *Worker) batched(ctx context.Context) {
 	loops.Wait()
 	close(work)
 	runners.Wait()
-	comp.close()
 }
 
 // runSlot runs one claimed task of batch mode and gives its slot back
-// (once: the completer may have freed it already).
+// (once: queueing its outcome may have freed it already).
 func (w *Worker) runSlot(c *claimed) {
-	defer func() {
-		w.completer.slots.Delete(c.task.ID)
-		c.free()
-	}()
+	defer c.free()
 	w.run(c)
 }
 
@@ -120,12 +107,11 @@ func (w *Worker) batchLoop(ctx context.Context, n int, slots chan struct{}, work
 			<-slots
 		}
 		for _, c := range cs {
-			// The slot is given back as soon as the task's completion is
-			// queued for the completer (or when run returns, for every
-			// other outcome): a slot is a task being run, as in River.
+			// The slot is given back as soon as the task's outcome is
+			// queued for the flusher (or when run returns): a slot is a
+			// task being run, as in River.
 			var once sync.Once
 			c.free = func() { once.Do(func() { <-slots }) }
-			w.completer.hold(c.task.ID, c.free)
 			work <- c
 		}
 		if len(cs) > 0 {
@@ -288,154 +274,4 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 		out = append(out, c)
 	}
 	return out, nil
-}
-
-// completer records plain completions in batches: each flusher takes every
-// completion waiting (at most CompleteBatch) and writes them in one
-// statement, then answers each caller with its own result.
-type completer struct {
-	w    *Worker
-	in   chan *completion
-	wg   conc.WaitGroup
-	once sync.Once
-	// slots holds, by task id, the function that frees the task's slot.
-	slots sync.Map
-}
-
-// hold registers the function that frees a task's slot once its
-// completion is queued.
-func (c *completer) hold(id int64, free func()) { c.slots.Store(id, free) }
-
-type completion struct {
-	task   Task
-	token  uuid.UUID
-	output json.RawMessage
-	done   chan error
-}
-
-// completeFlushers is the number of completion statements in flight per
-// worker. One: every completion of a tenant updates that tenant's row of
-// unfinished runs, so completion statements of one tenant commit one after
-// the other anyway; with a single flusher the completions that arrive
-// while one statement commits all go into the next (fewer, larger
-// commits).
-const completeFlushers = 1
-
-func newCompleter(w *Worker) *completer {
-	c := &completer{w: w, in: make(chan *completion, w.cfg.CompleteBatch)}
-	for range completeFlushers {
-		c.wg.Go(c.flush)
-	}
-	return c
-}
-
-// complete records one completion and returns its result: nil, or an error
-// wrapping claim.ErrStaleLease / claim.ErrNotFound, or the statement's
-// error. The run event is published by the completer.
-func (c *completer) complete(ctx context.Context, t Task, token [16]byte, output json.RawMessage) error {
-	done := make(chan error, 1)
-	select {
-	case c.in <- &completion{task: t, token: token, output: output, done: done}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	// Queued: the task no longer runs, so its slot can take another. The
-	// queue itself is bounded (CompleteBatch waiting, plus the batch being
-	// written), so leased tasks not yet recorded stay below
-	// MaxConcurrentClaims + 2*CompleteBatch.
-	if free, ok := c.slots.LoadAndDelete(t.ID); ok {
-		free.(func())()
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		// The statement may still commit; the caller treats this like any
-		// unrecorded outcome (the lease will expire if it did not).
-		return ctx.Err()
-	}
-}
-
-// close stops the flushers once every completion sent has been recorded.
-func (c *completer) close() {
-	c.once.Do(func() { close(c.in) })
-	c.wg.Wait()
-}
-
-func (c *completer) flush() {
-	max := c.w.cfg.CompleteBatch
-	batch := make([]*completion, 0, max)
-	for first := range c.in {
-		batch = append(batch[:0], first)
-	gather:
-		for len(batch) < max {
-			select {
-			case x, ok := <-c.in:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, x)
-			default:
-				break gather
-			}
-		}
-		c.write(batch)
-	}
-}
-
-func (c *completer) write(batch []*completion) {
-	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
-	defer cancel()
-	cs := make([]claim.Completion, len(batch))
-	for i, x := range batch {
-		cs[i] = claim.Completion{ID: x.task.ID, Token: x.token, Output: x.output}
-	}
-	errs, err := claim.CompleteBatch(ctx, c.w.db, cs)
-	var done []Task
-	for i, x := range batch {
-		e := err
-		if e == nil {
-			e = errs[i]
-		}
-		if e == nil {
-			done = append(done, x.task)
-		}
-		x.done <- e
-	}
-	c.w.publishRuns(ctx, done)
-}
-
-// publishRuns announces the runs of tasks just completed, reading them in
-// one query. As with publishRun, the database is the truth and a lost
-// message only delays whoever waits for it.
-func (w *Worker) publishRuns(ctx context.Context, ts []Task) {
-	if w.nc == nil || len(ts) == 0 {
-		return
-	}
-	runs, err := runstore.GetMany(ctx, w.db, tenantsOf(ts), runIDsOf(ts), w.cfg.Shard)
-	if err != nil {
-		w.log.Warn("run events not published", "runs", len(ts), "err", err)
-		return
-	}
-	for _, run := range runs {
-		if err := dispatch.Publish(ctx, w.nc, w.subj.Runs(run.Tenant, run.ID), run); err != nil {
-			w.log.Warn("run event not published", "run", run.ID, "err", err)
-		}
-	}
-}
-
-func tenantsOf(ts []Task) []string {
-	out := make([]string, len(ts))
-	for i, t := range ts {
-		out[i] = t.Tenant
-	}
-	return out
-}
-
-func runIDsOf(ts []Task) []string {
-	out := make([]string, len(ts))
-	for i, t := range ts {
-		out[i] = t.RunID
-	}
-	return out
 }

@@ -41,8 +41,9 @@ type Config struct {
 	// BatchClaimers is the number of claim statements in flight at once
 	// when ClaimBatch is above 1.
 	BatchClaimers int
-	// CompleteBatch is the most completions recorded in one statement when
-	// ClaimBatch is above 1.
+	// CompleteBatch is the most outcomes (completions, continuations,
+	// failures, releases) recorded in one statement. With ClaimBatch 1, 0
+	// means DefaultCompleteBatch.
 	CompleteBatch int
 
 	// PollInterval is how often an idle claim loop looks for work without
@@ -51,8 +52,9 @@ type Config struct {
 	// Lease is the lease of a claimed task; a heartbeat extends it by as
 	// much.
 	Lease time.Duration
-	// HeartbeatInterval is the time between heartbeats of a running task;
-	// shorter than Lease.
+	// HeartbeatInterval is the time between heartbeats: every interval one
+	// statement extends the leases of all the tasks the worker runs.
+	// Shorter than Lease.
 	HeartbeatInterval time.Duration
 	// ShutdownGrace is how long running tasks may finish once Run's
 	// context ends before they are handed back.
@@ -220,7 +222,7 @@ func (c Config) Validate() error {
 		return invalid("ClaimBatch", "%d must be from 1 to 1000", c.ClaimBatch)
 	case c.ClaimBatch > 1 && (c.BatchClaimers < 1 || c.BatchClaimers > 64):
 		return invalid("BatchClaimers", "%d must be from 1 to 64", c.BatchClaimers)
-	case c.ClaimBatch > 1 && (c.CompleteBatch < 1 || c.CompleteBatch > 10000):
+	case c.CompleteBatch > 10000 || c.CompleteBatch < 0 || (c.ClaimBatch > 1 && c.CompleteBatch < 1):
 		return invalid("CompleteBatch", "%d must be from 1 to 10000", c.CompleteBatch)
 	case c.PriorityAgingSecs < 0:
 		return invalid("PriorityAgingSecs", "%d must not be negative", c.PriorityAgingSecs)

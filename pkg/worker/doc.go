@@ -20,8 +20,8 @@
 // By default a worker claims in batches (Config.ClaimBatch above 1): it
 // keeps Config.MaxConcurrentClaims task slots and fills the free ones with
 // one claim statement of up to ClaimBatch rows, taken in the order as many
-// single claims would take them, and records completions in batches (see
-// batch.go). With ClaimBatch 1 it runs MaxConcurrentClaims claim loops
+// single claims would take them (see batch.go). With ClaimBatch 1 it runs
+// MaxConcurrentClaims claim loops
 // instead: each loop claims one task, runs it to the end and claims again;
 // so n loops run at most n tasks at once, and at most n claims of one
 // worker can be in flight together (the C of the fairness guarantees). Over several queues a loop tries one
@@ -31,8 +31,11 @@
 //
 // A loop that found nothing waits for whichever comes first: a wake-up on
 // harvest.wake.<shard>.<queue>, a dispatch on harvest.dispatch.<shard>.<queue>
-// (a queue-group subscription, so one worker gets each), or the poll timer
-// (Config.PollInterval plus up to 20% jitter). NATS only shortens the wait;
+// (both queue-group subscriptions, so one worker gets each: it hands one
+// idle loop a claim, and passes the wake-up on to another worker when none
+// of its loops is idle or the wake-up names more tasks than that claim
+// takes), or the poll timer (Config.PollInterval plus up to 20% jitter).
+// NATS only shortens the wait;
 // with NATS down the worker keeps working by polling. A dispatch names one
 // row: the loop claims that row by id only when it is the queue's only due
 // work, and otherwise claims as usual, so a dispatch never lets a key in
@@ -44,14 +47,18 @@
 // the run's timeout (or the worker's DefaultTimeout) passes, or the stop's
 // grace period is over; the cause
 // (context.Cause) is one of ErrLeaseLost, ErrRunCancelled,
-// ErrAttemptTimeout, ErrShutdown. While it runs, a heartbeat extends the
-// lease every Config.HeartbeatInterval; the heartbeat also reads the run's
-// status, which is how a cancel reaches a running handler. Every outcome is
-// written with the lease token, so a worker that lost its lease (it was
+// ErrAttemptTimeout, ErrShutdown. While it runs, the worker's heartbeat
+// loop extends its lease every Config.HeartbeatInterval, with one statement
+// for all the tasks the worker runs (heartbeat.go); the heartbeat also
+// reads each run's status, which is how a cancel reaches a running handler.
+// Every outcome, in both claim modes, goes through the worker's outcome
+// flusher (outcomes.go): whatever outcomes are waiting (completions,
+// continuations, failures, hand-backs) are written with one statement,
+// each with its own lease token, so a worker that lost its lease (it was
 // paused past the lease and the task was rescued) cannot overwrite the
 // attempt that replaced it. When a run reaches a final state the worker
 // publishes the run resource on harvest.runs.<tenant>.<run_id> after the
-// commit.
+// commit, from what the statement returned.
 //
 // # Stopping
 //

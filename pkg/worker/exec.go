@@ -7,20 +7,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/sourcegraph/conc"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/telemetry"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
-	"github.com/harvest-run/harvest/pkg/dispatch"
 )
 
 // claimed is a task this worker holds the lease of, with what it read of
@@ -198,14 +194,12 @@ func (w *Worker) run(c *claimed) {
 
 	queueLabel := w.taskLabels(t.Queue, "")
 	w.inst.running.Add(ctx, 1, queueLabel)
-	stop := make(chan struct{})
-	var hb conc.WaitGroup
-	hb.Go(func() { w.heartbeat(c, cancel, stop) })
+	// The worker's heartbeat loop extends the lease while the handler runs.
+	w.beats.add(c, cancel)
 	start := time.Now()
 	res, herr, abandoned := w.callHandler(ctx, h, *t)
 	w.inst.taskDuration.Record(ctx, time.Since(start).Seconds(), queueLabel)
-	close(stop)
-	hb.Wait()
+	w.beats.remove(t.ID)
 	w.inst.running.Add(ctx, -1, queueLabel)
 
 	cause := context.Cause(ctx)
@@ -263,53 +257,6 @@ func (w *Worker) callHandler(ctx context.Context, h Handler, t Task) (res Result
 	}
 }
 
-// heartbeat extends the lease every HeartbeatInterval until stop closes.
-// It cancels the handler's context when the lease is gone (the database
-// refused the token, or no heartbeat got through before the lease ran
-// out) or the run was cancelled.
-func (w *Worker) heartbeat(c *claimed, cancel context.CancelCauseFunc, stop <-chan struct{}) {
-	tick := time.NewTicker(w.cfg.HeartbeatInterval)
-	defer tick.Stop()
-	leaseUntil := time.Now().Add(w.cfg.Lease)
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-		}
-		sent := time.Now()
-		// A heartbeat may take up to half the lease: one that times out
-		// closes its connection, and a timeout as short as a quick interval
-		// would then fail every later heartbeat while the pool connects
-		// again on a loaded machine, until the lease is lost for nothing.
-		// A slow heartbeat only delays the next tick.
-		ctx, done := context.WithTimeout(context.Background(), min(dbTimeout, max(w.cfg.HeartbeatInterval, w.cfg.Lease/2)))
-		var (
-			until  time.Time
-			status *string
-		)
-		err := w.db.QueryRow(ctx, sqlTaskHeartbeat, c.task.ID, c.token, w.cfg.Lease.Microseconds()).Scan(&until, &status)
-		done()
-		switch {
-		case err == nil:
-			leaseUntil = sent.Add(w.cfg.Lease)
-			if status != nil && api.Status(*status) == api.StatusCancelled {
-				cancel(ErrRunCancelled)
-				return
-			}
-		case isStale(err):
-			cancel(ErrLeaseLost)
-			return
-		default:
-			w.log.Warn("heartbeat failed", "task", c.task.ID, "err", err)
-			if time.Now().After(leaseUntil) {
-				cancel(ErrLeaseLost)
-				return
-			}
-		}
-	}
-}
-
 // isStale reports the database's answer that a lease token is no longer
 // the task's (or the task is gone).
 func isStale(err error) bool {
@@ -320,7 +267,9 @@ func isStale(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "HA001" || pe.Code == "HA002")
 }
 
-// record writes the attempt's outcome, fenced by the lease token.
+// record writes the attempt's outcome, fenced by the lease token, through
+// the worker's outcome batches; the batch also publishes the run event
+// when the run reached a final state.
 func (w *Worker) record(ctx context.Context, c *claimed, res Result, herr, cause error) (Outcome, error) {
 	dbctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbTimeout)
 	defer cancel()
@@ -332,8 +281,8 @@ func (w *Worker) record(ctx context.Context, c *claimed, res Result, herr, cause
 		herr = Permanent(errors.New("handler's next input is not valid JSON"))
 	}
 	var (
+		out     claim.Outcome
 		outcome Outcome
-		err     error
 	)
 	switch {
 	case errors.Is(cause, ErrLeaseLost):
@@ -341,23 +290,14 @@ func (w *Worker) record(ctx context.Context, c *claimed, res Result, herr, cause
 	case errors.Is(cause, ErrRunCancelled):
 		return w.retire(c)
 	case herr == nil && res.Next != nil:
+		// The sticky window and the delay count from the database clock.
 		o := claim.ContinueOptions{Input: res.Next.Input, Delay: res.Next.Delay}
 		if !res.Next.Anywhere {
 			o.StickyFor = w.cfg.StickyFor
 		}
-		_, err = claim.Continue(dbctx, w.db, t.ID, c.token, o)
-		outcome = OutcomeContinued
-	case herr == nil && w.completer != nil:
-		// Batch mode: recorded with other completions in one statement,
-		// which also publishes the run event.
-		err = w.completer.complete(dbctx, t, c.token, res.Output)
-		if err == nil {
-			return OutcomeCompleted, nil
-		}
-		outcome = OutcomeCompleted
+		out, outcome = claim.Outcome{Kind: claim.OutcomeContinue, Continue: o}, OutcomeContinued
 	case herr == nil:
-		err = claim.Complete(dbctx, w.db, t.ID, c.token, res.Output)
-		outcome = OutcomeCompleted
+		out, outcome = claim.Outcome{Kind: claim.OutcomeComplete, Output: res.Output}, OutcomeCompleted
 	case errors.Is(cause, ErrShutdown):
 		return w.release(dbctx, c)
 	default:
@@ -369,13 +309,9 @@ func (w *Worker) record(ctx context.Context, c *claimed, res Result, herr, cause
 		if !IsPermanent(herr) {
 			o.RetryAfter = w.backoff(t.Attempt)
 		}
-		var retried bool
-		retried, err = claim.Fail(dbctx, w.db, t.ID, c.token, o)
-		outcome = OutcomeFailed
-		if retried {
-			outcome = OutcomeRetried
-		}
+		out, outcome = claim.Outcome{Kind: claim.OutcomeFail, Fail: o}, OutcomeFailed
 	}
+	r, err := w.outcomes.record(dbctx, c, out)
 	if isStale(err) {
 		w.log.Info("lease lost before the outcome was recorded: result dropped", "task", t.ID, "run", t.RunID)
 		return OutcomeDiscarded, nil
@@ -383,8 +319,8 @@ func (w *Worker) record(ctx context.Context, c *claimed, res Result, herr, cause
 	if err != nil {
 		return OutcomeError, err
 	}
-	if outcome == OutcomeCompleted || outcome == OutcomeFailed {
-		w.publishRun(dbctx, t)
+	if r.Retried {
+		outcome = OutcomeRetried
 	}
 	return outcome, nil
 }
@@ -394,8 +330,9 @@ func (w *Worker) retire(c *claimed) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 	defer cancel()
 	// The run is final, so completing the task leaves the run (its status,
-	// output and the tenant's count) as the cancel left it.
-	err := claim.Complete(ctx, w.db, c.task.ID, c.token, nil)
+	// output and the tenant's count) as the cancel left it, and no run
+	// event goes out.
+	_, err := w.outcomes.record(ctx, c, claim.Outcome{Kind: claim.OutcomeComplete})
 	if err != nil && !isStale(err) {
 		return OutcomeError, err
 	}
@@ -404,12 +341,12 @@ func (w *Worker) retire(c *claimed) (Outcome, error) {
 
 // release hands a claimed task back without counting the attempt.
 func (w *Worker) release(ctx context.Context, c *claimed) (Outcome, error) {
-	var n int
-	if err := w.db.QueryRow(ctx, sqlTaskRelease, c.task.ID, c.token).Scan(&n); err != nil {
-		return OutcomeError, fmt.Errorf("hand back task %d: %w", c.task.ID, err)
-	}
-	if n == 0 {
+	_, err := w.outcomes.record(ctx, c, claim.Outcome{Kind: claim.OutcomeRelease})
+	if isStale(err) {
 		return OutcomeDiscarded, nil
+	}
+	if err != nil {
+		return OutcomeError, fmt.Errorf("hand back task %d: %w", c.task.ID, err)
 	}
 	return OutcomeReleased, nil
 }
@@ -424,19 +361,4 @@ func (w *Worker) backoff(attempt int) time.Duration {
 	d = min(d, w.cfg.RetryMax)
 	half := d / 2
 	return d - half + time.Duration(rand.Int64N(int64(half)+1))
-}
-
-// publishRun announces a run that reached a final state. The database is
-// the truth; a lost message only delays whoever waits for it.
-func (w *Worker) publishRun(ctx context.Context, t Task) {
-	if w.nc == nil {
-		return
-	}
-	run, err := runstore.Get(ctx, w.db, t.Tenant, t.RunID, w.cfg.Shard)
-	if err == nil {
-		err = dispatch.Publish(ctx, w.nc, w.subj.Runs(t.Tenant, t.RunID), run)
-	}
-	if err != nil {
-		w.log.Warn("run event not published", "run", t.RunID, "err", strings.TrimSpace(err.Error()))
-	}
 }

@@ -127,6 +127,8 @@ type workerOpts struct {
 	NoNATS   bool
 	NC       *nats.Conn
 	Hooks    worker.Hooks
+	// DB is the worker's pool (default: the bundle's).
+	DB *pgxpool.Pool
 }
 
 // running is a started test worker.
@@ -164,6 +166,9 @@ func (b *bundle) worker(o workerOpts) *running {
 	r := &running{Finished: make(chan finish, 100000), Idle: make(chan struct{}, 100000), done: make(chan error, 1)}
 	hooks := o.Hooks
 	hooks.Finished = func(t worker.Task, out worker.Outcome, err error) {
+		if o.Hooks.Finished != nil {
+			o.Hooks.Finished(t, out, err)
+		}
 		r.Finished <- finish{t, out, err}
 	}
 	hooks.Idle = func() { r.Idle <- struct{}{} }
@@ -174,7 +179,11 @@ func (b *bundle) worker(o workerOpts) *running {
 			opts.NATS = o.NC
 		}
 	}
-	w, err := worker.New(b.db, cfg, opts)
+	db := b.db
+	if o.DB != nil {
+		db = o.DB
+	}
+	w, err := worker.New(db, cfg, opts)
 	require.NoError(b.t, err)
 	for name, h := range o.Handlers {
 		w.Handle(name, h)

@@ -10,6 +10,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,8 +33,6 @@ func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
 
 var (
 	sqlRunOfTask       = mustSQL("RunOfTask")
-	sqlTaskHeartbeat   = mustSQL("TaskHeartbeatRun")
-	sqlTaskRelease     = mustSQL("TaskRelease")
 	sqlQueueBacklog    = mustSQL("QueueBacklog")
 	dispatchQueueGroup = "harvest-workers"
 )
@@ -144,8 +143,11 @@ type Worker struct {
 
 	inst instruments
 
-	// completer records completions in batches (batch mode only).
-	completer *completer
+	// outcomes records the attempts' outcomes in batches, and beats
+	// extends the leases of the tasks running, one statement for all
+	// (both modes; they live from Run's start until its claim loops end).
+	outcomes *outcomes
+	beats    *heartbeats
 }
 
 // New checks cfg and makes a worker on db, the pool of the shard cfg.Shard
@@ -256,6 +258,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			janitor.Run(claimCtx, w.db, janitor.Settings(w.cfg.Janitor), w.cfg.JanitorInterval, w.log, w.janitorTick)
 		})
 	}
+	w.outcomes, w.beats = newOutcomes(w), newHeartbeats(w)
 	var loops conc.WaitGroup
 	if w.cfg.ClaimBatch > 1 {
 		loops.Go(func() { w.batched(claimCtx) })
@@ -294,6 +297,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			<-done
 		}
 	}
+	// Every task has finished and its outcome was queued: record the last
+	// ones and stop beating.
+	w.beats.close()
+	w.outcomes.close()
 	bg.Wait()
 	w.withdraw(ctx)
 	w.log.Info("worker stopped")
@@ -307,15 +314,15 @@ func (w *Worker) subscribe() ([]*nats.Subscription, error) {
 	}
 	var subs []*nats.Subscription
 	for _, q := range w.queues {
-		ws, err := w.nc.Subscribe(w.subj.Wake(w.cfg.Shard, q.Queue), func(*nats.Msg) {
+		queue := q.Queue
+		ws, err := w.nc.QueueSubscribe(w.subj.Wake(w.cfg.Shard, q.Queue), wakeQueueGroup, func(m *nats.Msg) {
 			w.inst.wakeups.Add(context.Background(), 1)
-			w.wake.fire()
+			w.woken(queue, m)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("worker: subscribe to wake-ups of %q: %w", q.Queue, err)
 		}
 		subs = append(subs, ws)
-		queue := q.Queue
 		ds, err := w.nc.QueueSubscribe(w.subj.Dispatch(w.cfg.Shard, q.Queue), dispatchQueueGroup, func(m *nats.Msg) {
 			var d dispatch.Dispatch
 			if err := json.Unmarshal(m.Data, &d); err != nil || d.TaskID <= 0 {
@@ -325,7 +332,10 @@ func (w *Worker) subscribe() ([]*nats.Subscription, error) {
 			d.Queue = queue // the subject names the queue; trust it over the body
 			select {
 			case w.dispatches <- d: // a free claim loop takes it
-			default: // every loop is busy; they claim again as soon as they finish
+			default:
+				// Every loop is busy (they claim again as soon as they
+				// finish): another worker may have a free one.
+				w.passWake(queue, 1, 1)
 			}
 		})
 		if err != nil {
@@ -339,6 +349,65 @@ func (w *Worker) subscribe() ([]*nats.Subscription, error) {
 		w.log.Warn("NATS not reachable at start: polling until it is", "err", err)
 	}
 	return subs, nil
+}
+
+// Wake-ups go to one worker of the shard (a NATS queue group), not to
+// all: a wake-up for every start group sent every worker into a claim, and
+// all but one of those claims found nothing (docs/benchmarks.md, "What a
+// wake-up costs"). The worker that gets one hands a claim turn to one of
+// its idle loops, which claims in the fair order as a wake-up always did
+// (a batch takes the group's tasks; a loop of one task each hands the turn
+// on, nudge). It passes the wake-up on to another worker, at most
+// maxWakeHops times, when none of its loops is idle, when the wake-up
+// names more tasks than its turn takes, or when it names none (a queue
+// resumed, say). The poll is the fallback for a wake-up that found no
+// free loop at all.
+const (
+	wakeQueueGroup = "harvest-workers"
+	// wakeHopsHeader counts how often a wake-up was passed on.
+	wakeHopsHeader = "Harvest-Wake-Hops"
+	maxWakeHops    = 3
+)
+
+// woken serves a wake-up of queue.
+func (w *Worker) woken(queue string, m *nats.Msg) {
+	var wk dispatch.Wake
+	_ = json.Unmarshal(m.Data, &wk) // a body not understood names no count
+	hops, _ := strconv.Atoi(m.Header.Get(wakeHopsHeader))
+	select {
+	case w.dispatches <- dispatch.Dispatch{Queue: queue}:
+		// An idle loop claims. What one turn takes: a batch, or, for loops
+		// of one task each, as many as there are loops (nudge).
+		turn := w.cfg.ClaimBatch
+		if turn <= 1 {
+			turn = w.cfg.MaxConcurrentClaims
+		}
+		if wk.Tasks == 0 || wk.Tasks > turn {
+			w.passWake(queue, max(wk.Tasks-turn, 0), hops+1)
+		}
+	default:
+		// No loop waits: a loop claiming now claims again when its claim
+		// finds nothing (it took the broadcast before it claimed).
+		w.wake.fire()
+		w.passWake(queue, wk.Tasks, hops+1)
+	}
+}
+
+// passWake passes a wake-up for tasks of queue (0: a number not known) on
+// to another worker of the shard, unless it was passed on maxWakeHops
+// times already.
+func (w *Worker) passWake(queue string, tasks, hops int) {
+	if hops > maxWakeHops {
+		return
+	}
+	msg, err := dispatch.NewMsg(context.Background(), w.subj.Wake(w.cfg.Shard, queue), dispatch.Wake{Tasks: tasks})
+	if err == nil {
+		msg.Header.Set(wakeHopsHeader, strconv.Itoa(hops))
+		err = w.nc.PublishMsg(msg)
+	}
+	if err != nil {
+		w.log.Warn("pass a wake-up on", "queue", queue, "err", err)
+	}
 }
 
 // broadcast wakes every waiting claim loop at once. A loop takes the
@@ -373,6 +442,7 @@ func (w *Worker) loop(ctx context.Context, n int) {
 	for ctx.Err() == nil {
 		woken := w.wake.wait()
 		if c, ok := w.claim(ctx, rng, 0, ""); ok {
+			w.nudge()
 			w.run(c)
 			continue
 		}
@@ -389,6 +459,7 @@ func (w *Worker) loop(ctx context.Context, n int) {
 		case <-timer.C:
 		case d := <-w.dispatches:
 			if c, ok := w.claimDispatched(ctx, rng, d); ok {
+				w.nudge()
 				w.run(c)
 			}
 		}
@@ -396,10 +467,25 @@ func (w *Worker) loop(ctx context.Context, n int) {
 	}
 }
 
+// nudge has one more idle claim loop claim, after a loop of one task each
+// took one: a dispatch names one task of the start group it announces, and
+// more may wait. Each loop that finds work passes the turn on, so the
+// group's tasks are taken by as many loops as they need, one after the
+// other, and the first loop to find nothing ends it.
+func (w *Worker) nudge() {
+	select {
+	case w.dispatches <- dispatch.Dispatch{}:
+	default: // no loop is idle
+	}
+}
+
 // claimDispatched serves a dispatch: the named row by id when it is the
 // queue's only due work, otherwise an ordinary fair claim, so that a
 // dispatch never lets a key in debt jump ahead of a key without debt.
 func (w *Worker) claimDispatched(ctx context.Context, rng *rand.Rand, d dispatch.Dispatch) (*claimed, bool) {
+	if d.TaskID <= 0 {
+		return w.claim(ctx, rng, 0, "") // a nudge: an ordinary claim
+	}
 	dbctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbTimeout)
 	defer cancel()
 	var backlog bool

@@ -6,5 +6,5 @@
 -- until it commits.
 SELECT (coalesce((SELECT running FROM tenant_running WHERE tenant = $1), 0)
         + coalesce((SELECT runs FROM tenant_away WHERE tenant = $1), 0))::bigint,
-       coalesce((SELECT sum(running) FROM tenant_running), 0)::bigint,
+       harvest_shard_running(),
        harvest_shard_lease()

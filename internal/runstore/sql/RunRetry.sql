@@ -34,6 +34,6 @@ WITH last AS (
 SELECT task.id AS task_id,
        counted.running,
        -- The shard's count before this statement's own increment, plus it.
-       (SELECT coalesce(sum(running), 0) FROM tenant_running)::bigint + 1 AS shard_running,
+       harvest_shard_running() + 1 AS shard_running,
        harvest_shard_lease() AS shard_lease
 FROM run, task, counted

@@ -12,8 +12,8 @@
 -- new task would only jump the queue).
 --
 -- shard_running is the shard's count over all tenants including the new
--- run: the sum is read with the statement's snapshot, before its own
--- increment, hence the + 1.
+-- run: the count (harvest_shard_running) is read with the statement's
+-- snapshot, before its own increment, hence the + 1.
 --
 -- $1 tenant, $2 id, $3 name, $4 queue, $5 fairness key, $6 quota key,
 -- $7 priority, $8 input, $9 request hash, $10 max attempts, $11 timeout ms,
@@ -50,7 +50,7 @@ WITH due AS (
 )
 SELECT run.pk, run.id, run.tenant, run.name, run.queue, run.fairness_key, run.quota_key, run.priority,
        run.status, run.attempts, run.created_at, task.id, busy.queue_busy, counted.running,
-       (SELECT coalesce(sum(running), 0) FROM tenant_running)::bigint + 1 AS shard_running,
+       harvest_shard_running() + 1 AS shard_running,
        harvest_shard_lease() AS shard_lease,
        CASE WHEN due.at > now()
             THEN (SELECT count(*) FROM runs h

@@ -1,6 +1,8 @@
 -- Finish this task and enqueue the run's next one in the continuation band,
 -- same queue and keys; optionally pinned to the worker that holds the lease
--- until p_sticky_until, and due at p_due. Returns the new task's id.
+-- until p_sticky_until, and due at p_due. Returns the new task's id. Fenced
+-- by the lease token (HA001 when it is not current); what a continuation
+-- does is defined once, in harvest_outcome_batch.
 CREATE OR REPLACE FUNCTION harvest_continue(p_id bigint, p_token uuid, p_input jsonb, p_sticky_until timestamptz,
                                  p_due timestamptz, p_now timestamptz) RETURNS bigint
 LANGUAGE plpgsql
@@ -8,14 +10,10 @@ LANGUAGE plpgsql
 SET jit = off
 AS $$
 DECLARE
-    r_task tasks%ROWTYPE := harvest_leased(p_id, p_token);
-    v_id   bigint;
+    v_id bigint;
 BEGIN
-    UPDATE tasks SET state = 'done', lease_expires_at = NULL WHERE id = p_id;
-    v_id := harvest_enqueue(r_task.run_pk, r_task.queue, r_task.fairness_key, r_task.quota_key,
-                            r_task.priority, true, p_due,
-                            CASE WHEN p_sticky_until IS NULL THEN NULL ELSE r_task.claimed_by END,
-                            p_sticky_until, r_task.step + 1, p_input, r_task.trace_context, p_now);
+    SELECT o.next_id INTO v_id
+    FROM harvest_outcome_one('continue', p_id, p_token, p_input, NULL, NULL, p_due, p_sticky_until, p_now) AS o;
     RETURN v_id;
 END
 $$;

@@ -2,6 +2,12 @@
 -- when it has used its attempts. A task finished meanwhile is not running
 -- any more and is never touched.
 --
+-- The expired leases are found among the running tasks (the partial index
+-- tasks_running, bounded by the fleet's slots), by their expiry on the
+-- row: the expiry itself is not indexed, so that a heartbeat writes no
+-- index entry (migration 0011). A task whose lease is live, or that a
+-- worker is recording (locked), is skipped.
+--
 -- Locks are taken as a completion batch takes them: the tasks, then the
 -- runs this pass fails, then their tenants' count rows in byte order
 -- (COLLATE "C", see runstore's TenantRunningLock). Failing the runs one by
@@ -28,11 +34,12 @@ BEGIN
     PERFORM 1 FROM runs r
     WHERE r.pk IN (SELECT t.run_pk FROM tasks t WHERE t.id = ANY (v_ids))
     ORDER BY r.pk FOR UPDATE;
-    PERFORM 1 FROM tenant_running c
-    WHERE c.tenant IN (SELECT r.tenant FROM tasks t JOIN runs r ON r.pk = t.run_pk
-                       WHERE t.id = ANY (v_ids) AND t.attempt >= r.max_attempts
-                         AND r.status NOT IN ('completed', 'failed', 'cancelled'))
-    ORDER BY c.tenant COLLATE "C" FOR UPDATE;
+    -- (The count rows in byte order and the shard's count stripes they
+    -- fall into, ascending: harvest_running_lock.)
+    PERFORM harvest_running_lock(ARRAY(
+        SELECT r.tenant FROM tasks t JOIN runs r ON r.pk = t.run_pk
+        WHERE t.id = ANY (v_ids) AND t.attempt >= r.max_attempts
+          AND r.status NOT IN ('completed', 'failed', 'cancelled')));
     FOR r_task IN
         SELECT t.id, t.run_pk, t.attempt, r.max_attempts
         FROM tasks t LEFT JOIN runs r ON r.pk = t.run_pk

@@ -2,7 +2,11 @@
 -- the admission_lease table). Read by every start after the shard's
 -- admission lock, which every return of capacity takes too, so the value
 -- a start is judged by cannot shrink before the start commits.
+-- (PL/pgSQL, so that its plan is kept from call to call, as
+-- harvest_shard_running's.)
 CREATE OR REPLACE FUNCTION harvest_shard_lease() RETURNS bigint
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce((SELECT granted - returned FROM admission_lease), 0)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN coalesce((SELECT l.granted - l.returned FROM admission_lease AS l), 0);
+END
 $$;

@@ -4,5 +4,5 @@
 -- moving here counts its runs still on the old home too (tenant_away).
 SELECT (coalesce((SELECT running FROM tenant_running WHERE tenant = $1), 0)
         + coalesce((SELECT runs FROM tenant_away WHERE tenant = $1), 0))::bigint,
-       coalesce((SELECT sum(running) FROM tenant_running), 0)::bigint,
+       harvest_shard_running(),
        harvest_shard_lease()

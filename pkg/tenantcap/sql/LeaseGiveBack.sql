@@ -2,7 +2,7 @@
 -- admission lock (taken by the caller), so no start can be judged by the
 -- larger lease meanwhile; a lease never falls below the shard's count.
 -- Returns the lease row afterwards and the count.
-WITH c AS (SELECT coalesce(sum(running), 0)::bigint AS running FROM tenant_running)
+WITH c AS (SELECT harvest_shard_running() AS running)
 UPDATE admission_lease l
 SET returned = l.returned + greatest(l.granted - l.returned - c.running - $1, 0)
 FROM c

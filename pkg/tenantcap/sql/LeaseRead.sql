@@ -1,3 +1,3 @@
 -- This shard's lease row and its count of unfinished runs.
-SELECT l.granted, l.returned, (SELECT coalesce(sum(running), 0) FROM tenant_running)::bigint AS running
+SELECT l.granted, l.returned, harvest_shard_running() AS running
 FROM admission_lease l

@@ -3,4 +3,4 @@
 -- to it, makes a late or repeated call harmless. A larger lease needs no
 -- admission lock: a start judged by the smaller one is still within it.
 UPDATE admission_lease SET granted = greatest(granted, $1)
-RETURNING granted, returned, (SELECT coalesce(sum(running), 0) FROM tenant_running)::bigint AS running
+RETURNING granted, returned, harvest_shard_running() AS running

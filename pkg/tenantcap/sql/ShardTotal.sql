@@ -1,2 +1,2 @@
 -- Unfinished runs on this shard, over every tenant.
-SELECT coalesce(sum(running), 0)::bigint FROM tenant_running
+SELECT harvest_shard_running()
