@@ -69,6 +69,10 @@ type result struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "sustain" {
+		// River's side of harvest-bench sustain --vs-river (sustain.go).
+		os.Exit(sustainMain(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	cfg := config{databaseURL: os.Getenv("HARVEST_DATABASE_URL")}
 	if cfg.databaseURL == "" {
 		cfg.databaseURL = defaultDatabaseURL

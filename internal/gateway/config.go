@@ -59,6 +59,16 @@ type Config struct {
 	WaitFallback        time.Duration `envconfig:"GATEWAY_WAIT_FALLBACK" default:"5s" desc:"how often a ?wait= request rereads the run while NATS is connected, in case its run event was lost (each wait picks a little less at random, so waits started together do not reread together)"`
 	MaxWaiters          int           `envconfig:"GATEWAY_MAX_WAITERS" default:"10000" desc:"most ?wait= requests the gateway holds at once; more get 429 over_limit with Retry-After (or their run at once when it is already final)"`
 	MaxWaitersPerTenant int           `envconfig:"GATEWAY_MAX_WAITERS_PER_TENANT" default:"100" desc:"most ?wait= requests the gateway holds at once for one tenant; more get 429 over_limit with Retry-After (or their run at once when it is already final)"`
+
+	// Shedding (shed.go, docs/operations.md "Overload"): each shard has a
+	// budget of starts in flight on the gateway, HTTP and NATS together,
+	// shared fairly between tenants; the excess is refused at once with
+	// Retry-After rather than queued until its callers time out.
+	StartsInflight   int           `envconfig:"GATEWAY_STARTS_INFLIGHT" default:"512" desc:"most starts the gateway has in flight to one shard, HTTP and NATS together (a batch counts its items); the gateway lowers this budget by itself while starts take longer than HARVEST_GATEWAY_START_QUEUE_TARGET; starts past it are answered 503 unavailable with Retry-After"`
+	TenantStartShare int           `envconfig:"GATEWAY_TENANT_START_SHARE" default:"50" desc:"percentage of a shard's budget of starts in flight that one tenant may hold, its waiting starts included; past it the tenant's starts are answered 429 over_limit with Retry-After (100: no share, logged at start)"`
+	StartQueueWait   time.Duration `envconfig:"GATEWAY_START_QUEUE_WAIT" default:"50ms" desc:"how long a start waits for room when its shard's budget is full before it is answered 503 (0: at once); when room comes, the waiting tenant with the fewest starts in flight goes first"`
+	StartQueueTarget time.Duration `envconfig:"GATEWAY_START_QUEUE_TARGET" default:"500ms" desc:"how much longer than unloaded a start may take before the gateway lowers the shard's budget to what the shard commits in that time"`
+	ShedRetryAfter   time.Duration `envconfig:"GATEWAY_SHED_RETRY_AFTER" default:"1s" desc:"wait asked of a start refused by shedding or answered 503 because its shard did not answer (Retry-After in whole seconds, retry_after_ms in the body)"`
 }
 
 // Values of HARVEST_GATEWAY_COOKIE_SECURE.
@@ -110,6 +120,11 @@ func (c Config) Validate() error {
 	check(c.AdminSessionsPerToken >= 1 && c.AdminSessionsPerToken <= 100, "HARVEST_GATEWAY_ADMIN_SESSIONS_PER_TOKEN: must be from 1 to 100, got %d", c.AdminSessionsPerToken)
 	check(c.AdminSignInsPerMinute >= 1 && c.AdminSignInsPerMinute <= 600, "HARVEST_GATEWAY_ADMIN_SIGNINS_PER_MINUTE: must be from 1 to 600, got %d", c.AdminSignInsPerMinute)
 	check(c.CookieSecure == CookieSecureAuto || c.CookieSecure == CookieSecureAlways, "HARVEST_GATEWAY_COOKIE_SECURE: must be %s or %s, got %q", CookieSecureAuto, CookieSecureAlways, c.CookieSecure)
+	check(c.StartsInflight >= 1 && c.StartsInflight <= 1_000_000, "HARVEST_GATEWAY_STARTS_INFLIGHT: must be from 1 to 1000000, got %d", c.StartsInflight)
+	check(c.TenantStartShare >= 1 && c.TenantStartShare <= 100, "HARVEST_GATEWAY_TENANT_START_SHARE: must be a percentage from 1 to 100, got %d", c.TenantStartShare)
+	check(c.StartQueueWait >= 0 && c.StartQueueWait <= time.Second, "HARVEST_GATEWAY_START_QUEUE_WAIT: must be from 0 to 1s (a refused start's answer waits this long), got %s", c.StartQueueWait)
+	check(c.StartQueueTarget >= 10*time.Millisecond && c.StartQueueTarget <= time.Minute, "HARVEST_GATEWAY_START_QUEUE_TARGET: must be from 10ms to 1m, got %s", c.StartQueueTarget)
+	check(c.ShedRetryAfter >= 100*time.Millisecond && c.ShedRetryAfter <= 10*time.Minute, "HARVEST_GATEWAY_SHED_RETRY_AFTER: must be from 100ms to 10m, got %s", c.ShedRetryAfter)
 	check(c.GroupLinger >= 0 && c.GroupLinger <= 50*time.Millisecond, "HARVEST_GATEWAY_GROUP_LINGER: must be from 0 to 50ms, got %s", c.GroupLinger)
 	if c.TraceURL != "" {
 		check(validTraceURL(c.TraceURL), "HARVEST_GATEWAY_TRACE_URL: %q: want an http or https URL holding {trace_id}", c.TraceURL)
@@ -178,5 +193,11 @@ func DefaultConfig(shards []string, natsURL string) Config {
 		WaitFallback:        5 * time.Second,
 		MaxWaiters:          10000,
 		MaxWaitersPerTenant: 100,
+
+		StartsInflight:   512,
+		TenantStartShare: 50,
+		StartQueueWait:   50 * time.Millisecond,
+		StartQueueTarget: 500 * time.Millisecond,
+		ShedRetryAfter:   time.Second,
 	}
 }

@@ -19,7 +19,9 @@ import (
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/internal/console"
 	"github.com/harvest-run/harvest/internal/directory"
+	"github.com/harvest-run/harvest/internal/pgpool"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/telemetry"
 	"github.com/harvest-run/harvest/pkg/dispatch"
@@ -68,14 +70,22 @@ type Gateway struct {
 	// its transaction holds a connection of the shard pool, and must not
 	// wait for that pool's connections, which other such starts may hold.
 	leasePools []*pgxpool.Pool
-	committers []*runstore.Committer
+	// probePools are the one-connection pools of /readyz (shed.go), so
+	// that a shard pool full of starts does not read as a shard down.
+	probePools []*pgxpool.Pool
+	ready      readiness
+	// shedders are the shards' budgets of starts in flight (shed.go).
+	shedders    []*shedder
+	shedMetrics shedMetrics
+	committers  []*runstore.Committer
 	// dir knows each tenant's home shard (the directory on shard 0).
 	dir *directory.Directory
 
 	adm *admission
 	// admitter decides new runs: the committers' and deferred starts'.
 	admitter Admitter
-	sessions *sessionStore
+	// console serves /admin (console.go); it holds the browsers' sessions.
+	console *console.Console
 
 	tracer   trace.Tracer
 	meter    metric.Meter
@@ -135,11 +145,10 @@ func New(opts Options) (*Gateway, error) {
 	if g.waits, err = newWaitHub(cfg, g.meter); err != nil {
 		return nil, err
 	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
+	if err := g.initShedding(); err != nil {
+		return nil, err
 	}
-	g.sessions = newSessionStore(cfg.AdminSession, now)
+	g.ready.ping = func(ctx context.Context, shard int) error { return pgpool.Ping(ctx, g.probePools[shard]) }
 	for i, raw := range cfg.Shards {
 		pc, err := pgxpool.ParseConfig(raw)
 		if err != nil {
@@ -153,7 +162,8 @@ func New(opts Options) (*Gateway, error) {
 			pc.ConnConfig.ConnectTimeout = cfg.ConnectTimeout
 		}
 		telemetry.PoolConfig(pc)
-		pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+		// pgpool: the shard's pools follow a change of its primary.
+		pool, err := pgpool.New(context.Background(), i, pc)
 		if err != nil {
 			g.closePools()
 			return nil, fmt.Errorf("gateway: shard %d (%s): %w", i, config.Redact(raw), err)
@@ -161,12 +171,18 @@ func New(opts Options) (*Gateway, error) {
 		g.shards = append(g.shards, pool)
 		lc := pc.Copy()
 		lc.MaxConns, lc.MinConns = leasePoolSize, 0
-		lp, err := pgxpool.NewWithConfig(context.Background(), lc)
+		lp, err := pgpool.New(context.Background(), i, lc)
 		if err != nil {
 			g.closePools()
 			return nil, fmt.Errorf("gateway: shard %d (%s): %w", i, config.Redact(raw), err)
 		}
 		g.leasePools = append(g.leasePools, lp)
+		pp, err := probePoolOf(i, pc)
+		if err != nil {
+			g.closePools()
+			return nil, fmt.Errorf("gateway: shard %d (%s): %w", i, config.Redact(raw), err)
+		}
+		g.probePools = append(g.probePools, pp)
 	}
 	g.dir = directory.New(directory.Options{
 		Shard0: g.shards[0], Shards: len(g.shards), NATS: g.nc, Prefix: cfg.SubjectPrefix,
@@ -181,6 +197,7 @@ func New(opts Options) (*Gateway, error) {
 		admitter = admitHook{g.adm}
 	}
 	g.admitter = admitter
+	g.console = newConsole(g, opts.Now)
 	for i, pool := range g.shards {
 		shard := i
 		g.committers = append(g.committers, runstore.NewCommitter(pool, i, runstore.CommitterOptions{
@@ -230,7 +247,7 @@ func (g *Gateway) Close() {
 }
 
 func (g *Gateway) closePools() {
-	for _, p := range append(g.shards, g.leasePools...) {
+	for _, p := range append(append(g.shards, g.leasePools...), g.probePools...) {
 		p.Close()
 	}
 }

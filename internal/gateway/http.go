@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/console"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/telemetry"
 	"github.com/harvest-run/harvest/pkg/api"
@@ -33,7 +34,7 @@ import (
 //	POST /v1/runs/{id}/retry    retry a failed run       runs:start
 //	GET  /v1/usage              own count and limit      runs:read
 //	...  /v1/queues/..., /v1/audit, /v1/admission        see adminRoutes
-//	GET  /admin                 administration page      browser session (config:read)
+//	...  /admin, /admin/...     the console              browser session (internal/console)
 //	GET  /healthz, /readyz      liveness, readiness      none
 //	GET  /metrics               metrics (when set)       none
 func (g *Gateway) Handler() http.Handler {
@@ -45,7 +46,11 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/runs/{id}/cancel", g.authed(auth.RunsStart, g.httpCancel))
 	mux.HandleFunc("POST /v1/runs/{id}/retry", g.audited("run.retry", "", g.authed(auth.RunsStart, g.httpRetry)))
 	g.adminRoutes(mux)
-	g.pageRoutes(mux)
+	// The console's pages keep their paths (internal/console routes the
+	// rest of /admin itself, and answers what it does not serve with
+	// noRoute, as this mux would).
+	mux.Handle("/admin", g.console)
+	mux.Handle("/admin/", g.console)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -53,13 +58,16 @@ func (g *Gateway) Handler() http.Handler {
 	if g.metrics != nil {
 		mux.Handle("GET /metrics", g.metrics)
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, api.NewError(api.CodeNotFound, "no route for %s %s", r.Method, r.URL.Path))
-	})
+	mux.HandleFunc("/", noRoute)
 	// Every route's body is capped before any handler sees it, and a
 	// connection whose body was left unread is closed after the answer
 	// rather than drained.
 	return closeOnUnreadBody(g.limitBodies(mux))
+}
+
+// noRoute is the answer to a request no route takes.
+func noRoute(w http.ResponseWriter, r *http.Request) {
+	writeError(w, api.NewError(api.CodeNotFound, "no route for %s %s", r.Method, r.URL.Path))
 }
 
 // Server returns the HTTP server of the gateway's Handler with the
@@ -132,9 +140,10 @@ func routeOf(pattern string) string {
 //     (readBody) for a declared length past the cap without reading, or
 //     once the cap is reached.
 //   - every other route (the console's pages and forms, sign-in included,
-//     and the probes): maxFormBytes. A declared length past it gets the
-//     console's 413 page at once, and a multipart body 415: the console's
-//     forms are urlencoded, and a multipart parser would spill to disk.
+//     and the probes): console.MaxFormBytes. A declared length past it
+//     gets the console's 413 page at once, and a multipart body 415: the
+//     console's forms are urlencoded, and a multipart parser would spill
+//     to disk.
 //
 // Reading past the cap fails with *http.MaxBytesError; nothing beyond it
 // is read from the connection.
@@ -146,14 +155,13 @@ func (g *Gateway) limitBodies(h http.Handler) http.Handler {
 		}
 		limit := g.cfg.MaxBodyBytes
 		if !strings.HasPrefix(r.URL.Path, "/v1/") {
-			limit = maxFormBytes
+			limit = console.MaxFormBytes
 			if r.ContentLength > limit {
-				g.formTooLarge(w)
+				g.console.FormTooLarge(w)
 				return
 			}
 			if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); strings.HasPrefix(strings.ToLower(mt), "multipart/") {
-				g.render(w, http.StatusUnsupportedMediaType, "refused", pageData{Title: "Unsupported form",
-					Error: "The console takes urlencoded forms only, not " + mt + "."})
+				g.console.UnsupportedForm(w, mt)
 				return
 			}
 		}
@@ -310,9 +318,18 @@ func (g *Gateway) httpStart(w http.ResponseWriter, r *http.Request, p auth.Princ
 		writeError(w, e)
 		return
 	}
+	// The body is read before the start asks for room: a refusal then
+	// keeps the connection open, where an unread body would close it and
+	// send the refused caller through a new connection on its retry.
+	release, e := g.admitStarts(r.Context(), httpCaller(p), 1)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
 	res := g.startMany(httpContext(r), httpCaller(p), []api.StartRequest{req}, nil)[0]
+	release()
 	if res.err != nil {
-		writeError(w, res.err)
+		writeError(w, g.withRetryAfter(res.err))
 		return
 	}
 	w.Header().Set("Location", "/v1/runs/"+url.PathEscape(res.run.ID))
@@ -334,8 +351,31 @@ func (g *Gateway) httpStartBatch(w http.ResponseWriter, r *http.Request, p auth.
 		writeError(w, e)
 		return
 	}
-	status, resp := batchResponse(g.startMany(httpContext(r), httpCaller(p), reqs, errs))
+	release, e := g.admitStarts(r.Context(), httpCaller(p), batchWeight(errs, len(reqs)))
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	res := g.startMany(httpContext(r), httpCaller(p), reqs, errs)
+	release()
+	status, resp := batchResponse(res)
+	if eb, ok := resp.(api.ErrorBody); ok {
+		writeError(w, g.withRetryAfter(eb.Error))
+		return
+	}
 	writeJSON(w, status, resp)
+}
+
+// batchWeight is how much of the shard's budget a batch takes: its items
+// that passed decoding.
+func batchWeight(errs []*api.Error, n int) int {
+	w := 0
+	for i := range n {
+		if errs == nil || errs[i] == nil {
+			w++
+		}
+	}
+	return w
 }
 
 // batchResponse builds a batch's answer: 200 with every item's result, or
@@ -438,10 +478,10 @@ func (g *Gateway) httpCancel(w http.ResponseWriter, r *http.Request, p auth.Prin
 }
 
 // httpReady answers 200 when every shard answers a ping (and NATS is
-// connected, when used), else 503 naming what is down.
+// connected, when used), else 503 naming what is down. The pings go
+// through the probe pools and are kept for a moment (readiness, shed.go),
+// so the answer does not wait behind the starts.
 func (g *Gateway) httpReady(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
 	type shardState struct {
 		Shard int    `json:"shard"`
 		OK    bool   `json:"ok"`
@@ -452,9 +492,9 @@ func (g *Gateway) httpReady(w http.ResponseWriter, r *http.Request) {
 		NATS   string       `json:"nats,omitempty"`
 		Shards []shardState `json:"shards"`
 	}{Ready: true}
-	for i, pool := range g.shards {
+	for i, ok := range g.ready.check(r.Context(), len(g.probePools)) {
 		st := shardState{Shard: i, OK: true}
-		if err := pool.Ping(ctx); err != nil {
+		if !ok {
 			st.OK, st.Error, out.Ready = false, "unreachable", false
 		}
 		out.Shards = append(out.Shards, st)
@@ -489,7 +529,7 @@ func writeError(w http.ResponseWriter, e *api.Error) {
 	if rec, ok := w.(*refusalRecorder); ok {
 		rec.err = e
 	}
-	if e.Code == api.CodeOverLimit && e.RetryAfterMS > 0 {
+	if (e.Code == api.CodeOverLimit || e.Code == api.CodeUnavailable) && e.RetryAfterMS > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt((e.RetryAfterMS+999)/1000, 10))
 	}
 	writeJSON(w, e.Status, api.ErrorBody{Error: e})

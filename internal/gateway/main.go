@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/config"
+	"github.com/harvest-run/harvest/internal/natsconn"
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/internal/telemetry"
 )
@@ -111,18 +111,9 @@ func Run(ctx context.Context, cfg Config, o RunOptions) error {
 		log.Warn("HARVEST_GATEWAY_TOKENS_FILE is not set: every HTTP call that needs a token is refused")
 	}
 
-	nc, err := nats.Connect(cfg.NATSURL,
-		nats.Name("harvest-gateway"),
-		nats.RetryOnFailedConnect(true),
-		nats.MaxReconnects(-1),
-		nats.ReconnectWait(time.Second),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("NATS disconnected: NATS starts and wake-ups pause until it is back", "err", err)
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted())
-		}),
-	)
+	nc, err := natsconn.Connect(cfg.NATSURL, natsconn.Options{
+		Name: "harvest-gateway", Logger: log, Meanwhile: "NATS starts and wake-ups pause",
+	})
 	if err != nil {
 		return fmt.Errorf("HARVEST_NATS_URL: %w", err)
 	}

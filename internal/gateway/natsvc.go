@@ -42,7 +42,16 @@ func (g *Gateway) ServeNATS() error {
 	}{{g.subjects.StartAll(), false}, {g.subjects.StartBatchAll(), true}} {
 		batch := s.batch
 		sub, err := g.nc.QueueSubscribe(s.subject, g.cfg.QueueGroup, func(msg *nats.Msg) {
-			g.inflight <- struct{}{}
+			select {
+			case g.inflight <- struct{}{}:
+			default:
+				// Every handler is busy with starts waiting on their
+				// shards: the request is shed now rather than left in the
+				// client library's buffer, where its caller would wait
+				// for an answer behind all of them (shed.go).
+				g.natsBusy(msg, batch)
+				return
+			}
 			g.handlers.Go(func() {
 				defer func() { <-g.inflight }()
 				g.natsStart(msg, batch)
@@ -55,8 +64,8 @@ func (g *Gateway) ServeNATS() error {
 			g.subs = nil
 			return fmt.Errorf("gateway: subscribe %s: %w", s.subject, err)
 		}
-		// The client library's buffer is the only queue in front of the
-		// in-flight limit; let it hold a burst.
+		// The client library's buffer holds what arrives while the
+		// callback answers; let it hold a burst.
 		_ = sub.SetPendingLimits(64*1024, 256*1024*1024)
 		g.subs = append(g.subs, sub)
 	}
@@ -135,7 +144,18 @@ func (g *Gateway) natsStart(msg *nats.Msg, batch bool) {
 			fail(e)
 			return
 		}
-		reply(batchResponse(g.startMany(ctx, c, reqs, errs)))
+		release, e := g.admitStarts(ctx, c, batchWeight(errs, len(reqs)))
+		if e != nil {
+			reply(e.Status, api.ErrorBody{Error: e})
+			return
+		}
+		res := g.startMany(ctx, c, reqs, errs)
+		release()
+		status, body := batchResponse(res)
+		if eb, ok := body.(api.ErrorBody); ok {
+			body = api.ErrorBody{Error: g.withRetryAfter(eb.Error)}
+		}
+		reply(status, body)
 		return
 	}
 	req, e := decodeStart(msg.Data)
@@ -143,10 +163,19 @@ func (g *Gateway) natsStart(msg *nats.Msg, batch bool) {
 		fail(e)
 		return
 	}
+	// Shed before the start waits on its shard, as over HTTP (shed.go):
+	// the same budget, with retry_after_ms in the answer.
+	release, e := g.admitStarts(ctx, c, 1)
+	if e != nil {
+		reply(e.Status, api.ErrorBody{Error: e})
+		return
+	}
 	res := g.startMany(ctx, c, []api.StartRequest{req}, nil)[0]
+	release()
 	switch {
 	case res.err != nil:
-		reply(res.err.Status, api.ErrorBody{Error: res.err})
+		e := g.withRetryAfter(res.err)
+		reply(e.Status, api.ErrorBody{Error: e})
 	case res.created:
 		reply(201, res.run)
 	default:

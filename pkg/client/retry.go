@@ -33,12 +33,16 @@ const retryBaseDelay = 100 * time.Millisecond
 // making a second one. Cancel is not repeated on a transport error: a
 // cancel that landed makes its retry a 409.
 //
-// The wait before an attempt is the answer's Retry-After (or, when it has
-// none, its retry_after_ms), else a jittered exponential backoff from
-// 100ms capped at MaxDelay. The client gives up, returning the last
-// answer's error, when MaxAttempts is reached, when the gateway asks for
-// a wait longer than MaxDelay, or when ctx would end before the next
-// attempt.
+// The wait before an attempt is at least the answer's Retry-After (or,
+// when it has none, its retry_after_ms), else a jittered exponential
+// backoff from 100ms capped at MaxDelay. A wait the gateway asked for is
+// lengthened by up to half again, at random, and grows like the backoff
+// when the gateway keeps refusing: a gateway shedding load refuses many
+// callers at once with the same Retry-After, and callers that all came
+// back when it ends would be refused together again. The client gives up,
+// returning the last answer's error, when MaxAttempts is reached, when the
+// gateway asks for a wait longer than MaxDelay, or when ctx would end
+// before the next attempt.
 type RetryPolicy struct {
 	// MaxAttempts counts every attempt, the first included (1 sends once).
 	MaxAttempts int
@@ -74,17 +78,18 @@ func (c *Client) again(ctx context.Context, n int, retry bool, hint time.Duratio
 	if maxDelay == 0 {
 		maxDelay = DefaultRetryMaxDelay
 	}
-	wait := hint
-	if wait > maxDelay {
+	if hint > maxDelay {
 		// Coming back earlier than asked would only be refused again.
 		return false
 	}
-	if wait <= 0 {
-		wait = backoff(n, maxDelay)
-	}
+	wait := retryWait(n, hint, maxDelay)
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
-		// The attempt could not be sent in time: answer now.
-		return false
+		// The jitter may not fit where the asked wait does.
+		wait = hint
+		if hint <= 0 || time.Until(deadline) < wait {
+			// The attempt could not be sent in time: answer now.
+			return false
+		}
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -94,6 +99,22 @@ func (c *Client) again(ctx context.Context, n int, retry bool, hint time.Duratio
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// retryWait is the wait after attempt n (from 1) when the gateway asked
+// for hint (zero: it did not): never less than hint nor more than
+// maxDelay (which hint does not exceed), the larger of hint and the
+// backoff, plus up to half of it at random.
+func retryWait(n int, hint, maxDelay time.Duration) time.Duration {
+	if hint <= 0 {
+		return backoff(n, maxDelay)
+	}
+	d := hint
+	for i := 1; i < n && d < maxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, maxDelay)
+	return min(d+rand.N(d/2+1), max(maxDelay, hint))
 }
 
 // backoff is the wait after attempt n without a hint: doubling from

@@ -124,6 +124,37 @@ func TestStartIDIsSetOnceAndKeptAcrossRetries(t *testing.T) {
 	require.True(t, st.Created)
 }
 
+// A gateway shedding load answers 503 with Retry-After: 1 a few times; the
+// client waits at least that long before each new attempt, keeps the
+// start's id, and gets the run once the gateway takes it.
+func TestRetryBacksOffOnRetryAfter(t *testing.T) {
+	t.Parallel()
+	shed := fakeAnswer{status: http.StatusServiceUnavailable, code: api.CodeUnavailable, retryAfter: "1"}
+	f, srv := newFake(t, shed, shed, fakeAnswer{})
+	var at []time.Time
+	var mu sync.Mutex
+	wrapped := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		f.serve(w, r)
+	}))
+	t.Cleanup(wrapped.Close)
+	_ = srv
+	c := newClient(t, wrapped.URL, &client.RetryPolicy{MaxAttempts: 5, MaxDelay: 2 * time.Second})
+	st, err := c.Start(context.Background(), "n", "q", nil, client.StartOptions{})
+	require.NoError(t, err)
+	require.True(t, st.Created)
+	ids := f.ids(t)
+	require.Len(t, ids, 3)
+	require.Equal(t, ids[0], ids[2])
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(at); i++ {
+		require.GreaterOrEqual(t, at[i].Sub(at[i-1]), time.Second, "attempt %d came before the Retry-After", i+1)
+	}
+}
+
 // An id the caller chose is sent as it is.
 func TestStartKeepsCallersID(t *testing.T) {
 	t.Parallel()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	mrand "math/rand/v2"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/harvest-run/harvest/internal/natsconn"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
 )
@@ -98,8 +100,7 @@ func (f *Fleet) StartLoad(opts LoadOptions) (*Load, error) {
 	}
 	var tag [4]byte
 	_, _ = rand.Read(tag[:])
-	nc, err := nats.Connect(f.natsURL, nats.Name("harvest-soak-load"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+	nc, err := natsconn.Connect(f.natsURL, natsconn.Options{Name: "harvest-soak-load"})
 	if err != nil {
 		return nil, err
 	}
@@ -268,11 +269,25 @@ func (l *Load) send(n int64, tenant string, viaNATS bool, req api.StartRequest) 
 		l.retries++
 		l.mu.Unlock()
 		select {
-		case <-time.After(backoff):
+		case <-time.After(retryWait(err, backoff)):
 		case <-l.ctx.Done():
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// retryWait is the wait before a start is sent again: its backoff, or,
+// when the gateway asked for longer (Retry-After, retry_after_ms: it sheds
+// load), that wait plus up to half again at random, so that the starts it
+// refused together do not all come back together.
+func retryWait(err error, backoff time.Duration) time.Duration {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		if ra := ce.RetryAfter(); ra > backoff {
+			return ra + mrand.N(ra/2+1)
+		}
+	}
+	return backoff
 }
 
 // Stop ends the load: no new starts, and the starts in progress are sent

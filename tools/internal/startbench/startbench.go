@@ -20,10 +20,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/gateway"
+	"github.com/harvest-run/harvest/internal/natsconn"
 	"github.com/harvest-run/harvest/internal/natsembed"
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/pkg/client"
@@ -135,7 +135,7 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 		defer ns.Shutdown()
 		natsURL = ns.URL()
 	}
-	gwConn, err := nats.Connect(natsURL, nats.Name("bench-gateway"))
+	gwConn, err := natsconn.Connect(natsURL, natsconn.Options{Name: "bench-gateway", FailFast: true})
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +199,7 @@ func Run(ctx context.Context, cfg Config) (_ []Result, err error) {
 				hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 				c, err = client.New(client.Options{URL: "http://" + ln.Addr().String(), Token: secrets[t], HTTPClient: hc})
 			case "nats":
-				nc, cerr := nats.Connect(natsURL, nats.Name("bench-client"))
+				nc, cerr := natsconn.Connect(natsURL, natsconn.Options{Name: "bench-client", FailFast: true})
 				if cerr != nil {
 					return results, cerr
 				}
