@@ -14,11 +14,13 @@ func benchmarks() map[string]func(ctx context.Context, e env, args []string) err
 			return runBench(ctx, e, append([]string{"claim"}, args...))
 		},
 		"starts":      runBenchStarts,
+		"sustain":     runBenchSustain,
 		"fleet":       runBenchFleet,
 		"claim-chart": runBenchClaimChart,
 		"soak":        runBenchSoak,
 		"move":        runBenchMove,
 		"fairness":    runBenchFairness,
+		"mix":         runBenchMix,
 		"neighbour":   runBenchNeighbour,
 	}
 }

@@ -1,6 +1,7 @@
 // Command harvest-bench runs Harvest's benchmarks and its soak against a
-// fleet built from this source tree: claim, claim-chart, starts, fleet
-// (with River beside it) and soak. Run it from the tools module:
+// fleet built from this source tree: claim, claim-chart, starts, sustain
+// (sustained starts and overload, with River beside it), fleet (with River
+// beside it), soak and mix. Run it from the tools module:
 //
 //	go -C tools run ./cmd/harvest-bench fleet --vs-river
 //

@@ -24,9 +24,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/harvest-run/harvest/internal/natsconn"
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/pkg/client"
 	"github.com/harvest-run/harvest/tools/internal/child"
@@ -262,7 +262,7 @@ func runHarvest(ctx context.Context, cfg *Config, natsURL string, fair bool, pai
 	}
 	defer func() { stopAll() }()
 
-	nc, err := nats.Connect(natsURL, nats.Name("fleet-light"))
+	nc, err := natsconn.Connect(natsURL, natsconn.Options{Name: "fleet-light", FailFast: true})
 	if err != nil {
 		return res, err
 	}

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/gateway"
+	"github.com/harvest-run/harvest/internal/natsconn"
 	"github.com/harvest-run/harvest/internal/natsembed"
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/internal/shards"
@@ -147,7 +147,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		defer ns.Shutdown()
 		natsURL = ns.URL()
 	}
-	nc, err := nats.Connect(natsURL, nats.Name("movebench"))
+	nc, err := natsconn.Connect(natsURL, natsconn.Options{Name: "movebench", FailFast: true})
 	if err != nil {
 		return res, err
 	}

@@ -57,9 +57,17 @@ func (c *cpuSampler) snapshot() cpuSampler {
 // writeCPU prints what each part used between two samples, in seconds and
 // as a share of the machine's cores.
 func writeCPU(out io.Writer, from, to cpuSampler) {
+	if line := cpuLine(from, to); line != "" {
+		fmt.Fprintf(out, "\nCPU over the %s\n", line)
+	}
+}
+
+// cpuLine is what each part used between two samples: "<time> of load, of
+// <n> cores: harness ..., idle ..." ("" for no time).
+func cpuLine(from, to cpuSampler) string {
 	el := to.at.Sub(from.at)
 	if el <= 0 {
-		return
+		return ""
 	}
 	var gw, wk time.Duration
 	for name, t := range to.procs {
@@ -75,7 +83,7 @@ func writeCPU(out io.Writer, from, to cpuSampler) {
 		return fmt.Sprintf("%.0f s (%.0f%%)", d.Seconds(), 100*d.Seconds()/(el.Seconds()*cores))
 	}
 	hs, pg := to.harness-from.harness, to.pg-from.pg
-	fmt.Fprintf(out, "\nCPU over the %s of load, of %d cores: harness %s, gateways %s, workers %s, postgres %s; idle %s\n",
+	return fmt.Sprintf("%s of load, of %d cores: harness %s, gateways %s, workers %s, postgres %s; idle %s",
 		el.Round(time.Second), runtime.NumCPU(), part(hs), part(gw), part(wk), part(pg),
 		part(max(0, time.Duration(el.Seconds()*cores*float64(time.Second))-hs-gw-wk-pg)))
 }

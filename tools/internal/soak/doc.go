@@ -14,6 +14,8 @@
 // the lease, running counts match a recount and the fairness clock never
 // moves back.
 //
-// The fault tests under tools/faults and `harvest-bench soak` both use this
-// package, so the harness exists once.
+// The fault tests under tools/faults, `harvest-bench soak` and `harvest-bench
+// mix` (mixbench.go: the soak's load with no fault, on a fleet that runs on
+// the shipped defaults, Options.Shipped) all use this package, so the
+// harness exists once.
 package soak

@@ -21,7 +21,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/natsconn"
 	"github.com/harvest-run/harvest/internal/natsembed"
+	"github.com/harvest-run/harvest/internal/pgpool"
 	"github.com/harvest-run/harvest/internal/workerbin"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
@@ -81,6 +83,20 @@ type Options struct {
 	// GatewayPool is each gateway's HARVEST_GATEWAY_POOL_SIZE (default 4,
 	// so that the fault tests fit a test server's connection limit).
 	GatewayPool int
+	// Shipped runs the gateways and workers on their shipped defaults: the
+	// fleet sets only what it must (fleetenv.go's required settings), and
+	// Lease, JanitorInterval, Slots and GatewayPool are not used.
+	Shipped bool
+	// NATSURL, when set, is the NATS the fleet uses (one URL or a
+	// cluster's comma-separated list, as HARVEST_NATS_URL takes them)
+	// instead of a server of its own; StopNATS and StartNATS are then the
+	// caller's business.
+	NATSURL string
+	// Unproxied has the binaries reach the shards at ShardURLs as given,
+	// not through the fleet's proxies, so that a URL may name a primary and
+	// its standby (the failover tests). The proxy faults (ShardOutage,
+	// FlakyShard, WeightsDuringOutage, Proxy) are then unavailable.
+	Unproxied bool
 }
 
 // Fleet is a running set of processes and the harness around them.
@@ -174,7 +190,9 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 			f = nil
 		}
 	}()
-	if err := f.startNATS(0); err != nil {
+	if opts.NATSURL != "" {
+		f.natsURL = opts.NATSURL
+	} else if err := f.startNATS(0); err != nil {
 		return f, err
 	}
 	for i, raw := range opts.ShardURLs {
@@ -182,25 +200,33 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		if err != nil {
 			return f, fmt.Errorf("soak: shard %d: %w", i, err)
 		}
-		host := u.Host
-		if u.Port() == "" {
-			host = net.JoinHostPort(u.Hostname(), "5432")
+		if opts.Unproxied {
+			// The binaries dial the URL as given; pgx tries its hosts.
+			f.proxies = append(f.proxies, nil)
+			f.proxied = append(f.proxied, raw)
+		} else {
+			host := u.Host
+			if u.Port() == "" {
+				host = net.JoinHostPort(u.Hostname(), "5432")
+			}
+			p, err := NewProxy(host)
+			if err != nil {
+				return f, err
+			}
+			f.proxies = append(f.proxies, p)
+			pu := *u
+			pu.Host = p.Addr()
+			f.proxied = append(f.proxied, pu.String())
 		}
-		p, err := NewProxy(host)
-		if err != nil {
-			return f, err
-		}
-		f.proxies = append(f.proxies, p)
-		pu := *u
-		pu.Host = p.Addr()
-		f.proxied = append(f.proxied, pu.String())
 		pc, err := pgxpool.ParseConfig(raw)
 		if err != nil {
 			return f, err
 		}
 		pc.ConnConfig.RuntimeParams["application_name"] = AppName
 		pc.MaxConns = 3
-		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		// As the binaries' pools do, the harness's follows the shard's
+		// primary when a URL names several hosts.
+		pool, err := pgpool.New(ctx, i, pc)
 		if err != nil {
 			return f, err
 		}
@@ -282,6 +308,9 @@ func (f *Fleet) StopNATS() {
 	f.natsMu.Lock()
 	s := f.nats
 	f.natsMu.Unlock()
+	if s == nil {
+		return // Options.NATSURL: not the fleet's server
+	}
 	s.Shutdown()
 }
 
@@ -339,20 +368,8 @@ func (f *Fleet) commonEnv() []string {
 // StartGateway starts gateway i (again) on its address and waits until it
 // is ready.
 func (f *Fleet) StartGateway(ctx context.Context, i int) error {
-	env := append(f.commonEnv(),
-		"HARVEST_GATEWAY_ADDR="+f.gwAddrs[i],
-		"HARVEST_GATEWAY_TOKENS_FILE="+f.tokensFile,
-		"HARVEST_GATEWAY_CONNECT_TIMEOUT=1s",
-		"HARVEST_GATEWAY_MAX_WAIT=5s",
-		// The load names its keys and quota keys as the checks read them
-		// back (trickle, the weighted keys); binding would prefix them
-		// with each tenant. Off on purpose here, and logged by the gateway.
-		"HARVEST_GATEWAY_KEY_BINDING=false",
-		// Few connections: a test server may allow only 100 in all, and
-		// other test packages share it.
-		"HARVEST_GATEWAY_POOL_SIZE="+strconv.Itoa(f.opts.GatewayPool),
-		"HARVEST_MAX_RUNS="+strconv.Itoa(f.opts.MaxRuns),
-	)
+	// What every gateway needs, then the fault tuning (fleetenv.go).
+	env := append(f.commonEnv(), envOf(f.gatewayRequired(i), f.opts.gatewayTuning())...)
 	p, err := startProc(fmt.Sprintf("gateway-%d", i), f.opts.Bins.Gateway, env)
 	if err != nil {
 		return err
@@ -451,30 +468,8 @@ func (f *Fleet) AddWorker(s int) (string, error) {
 	id := fmt.Sprintf("w%d-%d", s, f.nextW)
 	f.nextW++
 	f.mu.Unlock()
-	lease := f.opts.Lease
-	env := append(f.commonEnv(),
-		"HARVEST_WORKER_SHARD="+strconv.Itoa(s),
-		"HARVEST_WORKER_QUEUES="+Queue+":1",
-		"HARVEST_WORKER_ID="+id,
-		"HARVEST_WORKER_FAIRNESS_KEYS=true",
-		"HARVEST_WORKER_MAX_CONCURRENT_CLAIMS="+strconv.Itoa(f.opts.Slots),
-		"HARVEST_WORKER_LEASE="+lease.String(),
-		"HARVEST_WORKER_HEARTBEAT_INTERVAL="+(lease/4).String(),
-		"HARVEST_WORKER_POLL_INTERVAL=100ms",
-		"HARVEST_WORKER_JANITOR_INTERVAL="+f.opts.JanitorInterval.String(),
-		// A continuation waits for the worker that made it this long; when
-		// that worker was killed by a fault, that is the continuation's
-		// wait, so keep it to twice the lease (the default is 10s).
-		"HARVEST_WORKER_STICKY_FOR="+(2*lease).String(),
-		"HARVEST_WORKER_RETRY_BASE=10ms",
-		"HARVEST_WORKER_RETRY_MAX=50ms",
-		"HARVEST_WORKER_SHUTDOWN_GRACE=2s",
-		"HARVEST_WORKER_HANDLE_TIMEOUT=5s",
-		"HARVEST_WORKER_METRICS_ADDR=",
-		// The mix's sleep, fail and steps runs (mix.go, load.go) are the
-		// demo workflows, which the stock worker runs only when asked.
-		"HARVEST_WORKER_DEMO_HANDLERS=true",
-	)
+	// What every worker needs, then the fault tuning (fleetenv.go).
+	env := append(f.commonEnv(), envOf(f.workerRequired(s, id), f.opts.workerTuning())...)
 	p, err := startProc(id, f.opts.Bins.Worker, env)
 	if err != nil {
 		return "", err
@@ -551,8 +546,7 @@ func (f *Fleet) Logs() string {
 // observe subscribes the harness to run events and serves the probe
 // workflow over the worker's NATS bridge.
 func (f *Fleet) observe() error {
-	nc, err := nats.Connect(f.natsURL, nats.Name("harvest-soak"), nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond), nats.RetryOnFailedConnect(true))
+	nc, err := natsconn.Connect(f.natsURL, natsconn.Options{Name: "harvest-soak"})
 	if err != nil {
 		return err
 	}
@@ -669,7 +663,9 @@ func (f *Fleet) Close() {
 		s.Shutdown()
 	}
 	for _, p := range f.proxies {
-		p.Close()
+		if p != nil { // nil: Options.Unproxied
+			p.Close()
+		}
 	}
 	for _, p := range f.direct {
 		p.Close()

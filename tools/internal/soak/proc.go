@@ -38,6 +38,12 @@ type Proc struct {
 	err  error
 }
 
+// StartProc starts a process of the caller's beside the fleet (a NATS
+// node, a worker set up otherwise) as the fleet starts its own: in its own
+// process group, killed if the harness dies, the tail of its output kept.
+// The caller stops it.
+func StartProc(name string, c Command, env []string) (*Proc, error) { return startProc(name, c, env) }
+
 // startProc starts c with env and keeps the tail of its stderr and stdout.
 func startProc(name string, c Command, env []string) (*Proc, error) {
 	p := &Proc{Name: name, cmd: exec.Command(c.Path, c.Args...), log: newTailBuffer(256 << 10), done: make(chan struct{})}

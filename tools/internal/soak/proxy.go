@@ -1,9 +1,11 @@
 package soak
 
 import (
+	"encoding/binary"
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +26,10 @@ type Proxy struct {
 
 	Accepted int64 // connections accepted (under mu)
 	Cut      int64 // connections closed by Cut (under mu)
+
+	// statements counts the statements clients sent through the proxy,
+	// uncounted the connections whose stream could not be read (TLS).
+	statements, uncounted atomic.Int64
 }
 
 // NewProxy listens on a free port of 127.0.0.1 and forwards to target
@@ -149,7 +155,7 @@ func (p *Proxy) forward(client net.Conn) {
 	defer p.untrack(server)
 	var once sync.WaitGroup
 	once.Add(2)
-	pipe := func(dst, src net.Conn) {
+	pipe := func(dst, src net.Conn, count *statementCounter) {
 		defer once.Done()
 		buf := make([]byte, 32<<10)
 		for {
@@ -157,6 +163,9 @@ func (p *Proxy) forward(client net.Conn) {
 			if n > 0 {
 				if d, _ := p.settings(); d > 0 {
 					time.Sleep(d)
+				}
+				if count != nil {
+					count.feed(buf[:n])
 				}
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					break
@@ -170,7 +179,95 @@ func (p *Proxy) forward(client net.Conn) {
 		_ = dst.Close()
 		_ = src.Close()
 	}
-	go pipe(server, client)
-	pipe(client, server)
+	count := &statementCounter{statements: &p.statements, uncounted: &p.uncounted, startup: true}
+	go pipe(server, client, count)
+	pipe(client, server, nil)
 	once.Wait()
+}
+
+// Statements returns the statements clients have sent through the proxy
+// (extended-protocol Execute and simple Query messages) and the
+// connections it could not count (encrypted: their statements are not in
+// the first figure).
+func (p *Proxy) Statements() (statements, uncounted int64) {
+	return p.statements.Load(), p.uncounted.Load()
+}
+
+// Frontend protocol codes of the untyped messages that may open a
+// connection (PostgreSQL protocol 3.0): after an SSL or GSSAPI encryption
+// request the client sends another untyped message, a startup packet or
+// (when the server agreed) its TLS handshake.
+const (
+	pgSSLRequest    = 80877103
+	pgGSSENCRequest = 80877104
+	pgCancelRequest = 80877102
+	pgProtocol3     = 196608
+)
+
+// statementCounter reads the client's side of one Postgres connection as
+// it passes and counts its statements: each Execute ('E') of the extended
+// protocol and each simple Query ('Q'). It keeps only the message framing
+// (a type byte and a length), so it costs a few comparisons per message.
+// A stream it cannot frame (TLS after an SSLRequest the server accepted)
+// stops the count for that connection and is reported as uncounted.
+type statementCounter struct {
+	statements, uncounted *atomic.Int64
+
+	startup bool    // the next message is untyped (no type byte)
+	hdr     [8]byte // the header read so far: type and length, or length and code
+	hdrN    int
+	need    int // bytes of the current message's body still to skip
+	off     bool
+}
+
+func (c *statementCounter) feed(b []byte) {
+	for len(b) > 0 && !c.off {
+		if c.need > 0 {
+			k := min(c.need, len(b))
+			c.need -= k
+			b = b[k:]
+			continue
+		}
+		// An untyped message starts with its length and a code, a typed
+		// one with its type and its length.
+		size := 5
+		if c.startup {
+			size = 8
+		}
+		k := copy(c.hdr[c.hdrN:size], b)
+		c.hdrN += k
+		b = b[k:]
+		if c.hdrN < size {
+			return
+		}
+		c.hdrN = 0
+		if c.startup {
+			n := int(binary.BigEndian.Uint32(c.hdr[0:4]))
+			code := binary.BigEndian.Uint32(c.hdr[4:8])
+			// A startup packet is a few hundred bytes at most: a longer
+			// one is a TLS record read as a length.
+			known := code == pgProtocol3 || code == pgSSLRequest || code == pgGSSENCRequest || code == pgCancelRequest
+			if n < 8 || n > 1<<16 || !known {
+				c.stop()
+				return
+			}
+			c.need = n - 8
+			c.startup = code == pgSSLRequest || code == pgGSSENCRequest
+			continue
+		}
+		n := int(binary.BigEndian.Uint32(c.hdr[1:5]))
+		if n < 4 {
+			c.stop()
+			return
+		}
+		c.need = n - 4
+		if t := c.hdr[0]; t == 'E' || t == 'Q' {
+			c.statements.Add(1)
+		}
+	}
+}
+
+func (c *statementCounter) stop() {
+	c.off = true
+	c.uncounted.Add(1)
 }

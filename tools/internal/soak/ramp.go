@@ -47,28 +47,38 @@ func (r *rampLog) step(ctx context.Context) rampStep {
 	now := time.Now()
 	el := now.Sub(r.from)
 	_, acked, _, giveups := r.load.Stats()
-	viol := len(r.mon.Report().Violations)
+	viol := 0
+	if r.mon != nil {
+		viol = len(r.mon.Report().Violations)
+	}
 	st := rampStep{rate: r.load.Rate(), acked: float64(acked-r.acked) / el.Seconds(), giveups: giveups - r.giveups,
 		violations: viol - r.viol, unfinished: r.f.Unfinished(ctx)}
 	claims, wait := r.f.ClaimWait(ctx, el)
 	st.claims, st.wait = float64(claims)/el.Seconds(), wait
-	var why []string
-	if st.violations > 0 {
-		why = append(why, fmt.Sprintf("%d promise(s) broken", st.violations))
-	}
-	if st.wait[1] > r.bound {
-		why = append(why, fmt.Sprintf("p95 claim wait %s over the bound of %s", st.wait[1].Round(time.Millisecond), r.bound))
-	}
-	if st.acked < 0.9*st.rate {
-		why = append(why, fmt.Sprintf("the load sent %.0f of its %.0f starts/s", st.acked, st.rate))
-	}
-	if st.giveups > 0 {
-		why = append(why, fmt.Sprintf("%d starts given up", st.giveups))
-	}
-	st.failed = strings.Join(why, "; ")
+	st.failed = st.judge(r.bound)
 	r.steps = append(r.steps, st)
 	r.from, r.acked, r.giveups, r.viol = now, acked, giveups, viol
 	return st
+}
+
+// judge says why the step failed, or "" when it held: a promise broke,
+// its p95 claim wait passed bound, the load could not get its rate
+// acknowledged, or a start was given up.
+func (s rampStep) judge(bound time.Duration) string {
+	var why []string
+	if s.violations > 0 {
+		why = append(why, fmt.Sprintf("%d promise(s) broken", s.violations))
+	}
+	if s.wait[1] > bound {
+		why = append(why, fmt.Sprintf("p95 claim wait %s over the bound of %s", s.wait[1].Round(time.Millisecond), bound))
+	}
+	if s.acked < 0.9*s.rate {
+		why = append(why, fmt.Sprintf("the load sent %.0f of its %.0f starts/s", s.acked, s.rate))
+	}
+	if s.giveups > 0 {
+		why = append(why, fmt.Sprintf("%d starts given up", s.giveups))
+	}
+	return strings.Join(why, "; ")
 }
 
 // String is the ramp's table.
@@ -96,24 +106,50 @@ func (r *rampLog) String() string {
 // rescued one counts from its first due time). The weighted pair's bursts
 // are left out: they are made due all at once, so that they wait.
 func (f *Fleet) ClaimWait(ctx context.Context, d time.Duration) (int, [3]time.Duration) {
-	total := 0
-	var worst [3]time.Duration
+	_, total, worst := f.claimFigures(ctx, d)
+	return total, worst
+}
+
+// claimFigures is ClaimWait with, first, the claims of the last d
+// including the pair's.
+func (f *Fleet) claimFigures(ctx context.Context, d time.Duration) (all, total int, worst [3]time.Duration) {
 	for _, p := range f.direct {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		var n int
+		var na, n int
 		var q []float64
-		err := p.QueryRow(qctx, `SELECT count(*), coalesce(percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP
-			(ORDER BY extract(epoch FROM claimed_at - due_at)), ARRAY[0, 0, 0]::float8[])
-			FROM tasks WHERE queue = $1 AND claimed_at > now() - make_interval(secs => $2)
-			  AND fairness_key NOT IN ($3, $4)`, Queue, d.Seconds(), PairHeavy, PairLight).Scan(&n, &q)
+		err := p.QueryRow(qctx, `SELECT count(*), count(*) FILTER (WHERE fairness_key NOT IN ($3, $4)),
+			coalesce(percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP
+			(ORDER BY extract(epoch FROM claimed_at - due_at)) FILTER (WHERE fairness_key NOT IN ($3, $4)), ARRAY[0, 0, 0]::float8[])
+			FROM tasks WHERE queue = $1 AND claimed_at > now() - make_interval(secs => $2)`,
+			Queue, d.Seconds(), PairHeavy, PairLight).Scan(&na, &n, &q)
 		cancel()
 		if err != nil || len(q) != 3 {
 			continue
 		}
+		all += na
 		total += n
 		for i := range worst {
 			worst[i] = max(worst[i], time.Duration(q[i]*float64(time.Second)))
 		}
 	}
-	return total, worst
+	return all, total, worst
+}
+
+// Behind counts the tasks over every shard that are due and not claimed
+// (pending, or scheduled and past their time), the weighted pair's bursts
+// left out as in ClaimWait; -1 when a shard cannot be read.
+func (f *Fleet) Behind(ctx context.Context) int {
+	total := 0
+	for _, p := range f.direct {
+		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		var n int
+		err := p.QueryRow(qctx, `SELECT count(*) FROM tasks WHERE state IN ('pending', 'scheduled') AND due_at <= now()
+			AND fairness_key NOT IN ($1, $2)`, PairHeavy, PairLight).Scan(&n)
+		cancel()
+		if err != nil {
+			return -1
+		}
+		total += n
+	}
+	return total
 }

@@ -127,15 +127,11 @@ func Run(ctx context.Context, o SoakOptions) (err error) {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	var urls []string
-	for i := range 2 {
-		u, drop, err := createDB(ctx, o.ServerURL, fmt.Sprintf("harvest_soak_%d_%d", os.Getpid(), i))
-		if err != nil {
-			return interrupted(ctx, err)
-		}
-		defer drop()
-		urls = append(urls, u)
+	urls, drop, err := createShards(ctx, o.ServerURL, "harvest_soak")
+	if err != nil {
+		return interrupted(ctx, err)
 	}
+	defer drop()
 	// A janitor tick every second: the shards grow during a soak, and each
 	// tick's fairness prune holds the running counts (see
 	// docs/reliability.md), so a faster janitor would throttle the fleet.
@@ -148,18 +144,8 @@ func Run(ctx context.Context, o SoakOptions) (err error) {
 		return interrupted(ctx, err)
 	}
 	defer f.Close()
-	if _, err := f.Admin(0).SetWeight(ctx, Queue, PairHeavy, PairWeight); err != nil {
-		return interrupted(ctx, fmt.Errorf("soak: weight of %s: %w", PairHeavy, err))
-	}
-	// The priority band's tenant may go above the default priority only
-	// once an operator allows it.
-	if _, err := f.Admin(0).SetPriorityCeiling(ctx, f.Tenants()[0], UrgentPriority); err != nil {
-		return interrupted(ctx, fmt.Errorf("soak: priority ceiling of %s: %w", f.Tenants()[0], err))
-	}
-	maxConc, qrate := 10, max(5, o.Rate/10)
-	qburst := max(1, qrate)
-	if _, err := f.Admin(0).SetQuota(ctx, Queue, MeteredQuota, weights.Quota{MaxConcurrent: &maxConc, Rate: &qrate, Burst: &qburst}); err != nil {
-		return interrupted(ctx, fmt.Errorf("soak: quota %s: %w", MeteredQuota, err))
+	if err := f.configureMix(ctx, o.Rate); err != nil {
+		return interrupted(ctx, err)
 	}
 	sizesBefore := f.TableSizes(ctx)
 	// On a server without autovacuum (a test server, say) the soak stands
@@ -311,6 +297,9 @@ loop:
 	if se := load.ServerErrors(); len(se) > 0 {
 		fmt.Fprintf(out, "5xx answers other than 503 (each start was sent again): %d, e.g. %s\n", len(se), se[0])
 	}
+	wt, gt := f.Tuning()
+	writeSettings(out, "worker settings the soak's fleet changes from the shipped defaults, for its faults (harvest-bench mix runs the same load on the defaults):", wt)
+	writeSettings(out, "gateway settings it changes:", gt)
 	if len(ramp.steps) > 0 {
 		fmt.Fprint(out, ramp.String())
 	}
@@ -331,6 +320,59 @@ loop:
 		return ErrInterrupted
 	case len(rep.Violations) > 0:
 		return fmt.Errorf("soak: %d invariant violation(s)", len(rep.Violations))
+	}
+	return nil
+}
+
+// createShards creates two migrated shard databases named prefix, the
+// process id and the shard's index, and returns their URLs and a function
+// that drops them.
+func createShards(ctx context.Context, serverURL, prefix string) ([]string, func(), error) {
+	var urls []string
+	var drops []func()
+	dropAll := func() {
+		for _, d := range drops {
+			d()
+		}
+	}
+	for i := range 2 {
+		u, drop, err := createDB(ctx, serverURL, fmt.Sprintf("%s_%d_%d", prefix, os.Getpid(), i))
+		if err != nil {
+			dropAll()
+			return nil, nil, err
+		}
+		drops = append(drops, drop)
+		urls = append(urls, u)
+	}
+	return urls, dropAll, nil
+}
+
+// configureMix sets what the mixed load (mix.go) expects of the fleet:
+// the weighted pair's weight, the priority band's ceiling and the metered
+// quota, sized for rate starts per second.
+func (f *Fleet) configureMix(ctx context.Context, rate float64) error {
+	if _, err := f.Admin(0).SetWeight(ctx, Queue, PairHeavy, PairWeight); err != nil {
+		return fmt.Errorf("soak: weight of %s: %w", PairHeavy, err)
+	}
+	// The priority band's tenant may go above the default priority only
+	// once an operator allows it.
+	if _, err := f.Admin(0).SetPriorityCeiling(ctx, f.Tenants()[0], UrgentPriority); err != nil {
+		return fmt.Errorf("soak: priority ceiling of %s: %w", f.Tenants()[0], err)
+	}
+	return f.setMeteredQuota(ctx, rate)
+}
+
+// setMeteredQuota sizes the metered quota for rate starts per second: one
+// start in twenty is under it, and its rate is twice theirs (at least 5 a
+// second), so that its rechecks refuse now and then but its backlog
+// drains. A ramp that raises the rate without it would leave the quota
+// behind its arrivals, and the queue would then measure a quota's backlog
+// (docs/reliability.md, "What breaks first", 2) rather than the rate.
+func (f *Fleet) setMeteredQuota(ctx context.Context, rate float64) error {
+	maxConc, qrate := 10, max(5, rate/10)
+	qburst := max(1, qrate)
+	if _, err := f.Admin(0).SetQuota(ctx, Queue, MeteredQuota, weights.Quota{MaxConcurrent: &maxConc, Rate: &qrate, Burst: &qburst}); err != nil {
+		return fmt.Errorf("soak: quota %s: %w", MeteredQuota, err)
 	}
 	return nil
 }

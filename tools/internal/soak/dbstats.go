@@ -1,0 +1,238 @@
+package soak
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/harvest-run/harvest/tools/internal/child"
+)
+
+// dbSample is the database's counters at one moment, as the mix reads
+// them at each step's ends.
+type dbSample struct {
+	at time.Time
+	// backendCPU is the CPU time the backends of the shard databases have
+	// used since the sampler began (the harness's own reads left out);
+	// serverCPU that of every postgres process on this machine. Both are
+	// meaningful only when local.
+	backendCPU, serverCPU time.Duration
+	local                 bool
+	// wal is the server's WAL position in bytes (every database's WAL);
+	// checkpoints the server's checkpoints so far (after each, the first
+	// change to a page writes the whole page to the WAL).
+	wal, checkpoints int64
+	// commits are the shard databases' committed transactions, others
+	// those of every other database but the sampler's own, by database
+	// (other tests create and drop theirs all the time).
+	commits int64
+	others  map[uint32]int64
+	// statements are what the gateways and workers sent through the
+	// fleet's proxies; uncounted the connections the proxies could not
+	// read (TLS).
+	statements, uncounted int64
+	err                   error
+}
+
+// dbDelta is what the database did between two samples.
+type dbDelta struct {
+	el                    time.Duration
+	backendCPU, serverCPU time.Duration
+	local                 bool
+	wal, checkpoints      int64
+	commits, others       int64
+	statements, uncounted int64
+	err                   error
+}
+
+func (b dbSample) to(a dbSample) dbDelta {
+	d := dbDelta{el: a.at.Sub(b.at), backendCPU: a.backendCPU - b.backendCPU, serverCPU: a.serverCPU - b.serverCPU,
+		local: a.local && b.local, wal: a.wal - b.wal, checkpoints: a.checkpoints - b.checkpoints, commits: a.commits - b.commits,
+		statements: a.statements - b.statements, uncounted: a.uncounted - b.uncounted, err: a.err}
+	// A database created since counts whole; one dropped since is lost
+	// (its commits after b cannot be read any more).
+	for db, n := range a.others {
+		d.others += n - b.others[db]
+	}
+	if d.err == nil {
+		d.err = b.err
+	}
+	return d
+}
+
+// dbSampler reads the server's counters for the shard databases. The
+// CPU of their backends is read from /proc/<pid>/stat of each backend
+// pg_stat_activity lists for them, every second, so that a backend that
+// ends loses at most a second of its time.
+type dbSampler struct {
+	f     *Fleet
+	pool  *pgxpool.Pool
+	dbs   []string
+	local bool
+
+	mu   sync.Mutex
+	last map[int]time.Duration // backend pid -> CPU at the last reading
+	acc  time.Duration
+
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+// newDBSampler connects to serverURL (a database that is none of the
+// shards) and starts reading the shard backends' CPU every second. The
+// CPU figures are kept only when the server runs on this machine: a
+// loopback address and a backend whose /proc entry is a postgres process.
+func newDBSampler(ctx context.Context, f *Fleet, serverURL string) (*dbSampler, error) {
+	pc, err := pgxpool.ParseConfig(serverURL)
+	if err != nil {
+		return nil, fmt.Errorf("soak: server URL: %w", err)
+	}
+	pc.ConnConfig.RuntimeParams["application_name"] = AppName
+	pc.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("soak: connect to the server: %w", err)
+	}
+	s := &dbSampler{f: f, pool: pool, last: map[int]time.Duration{}, done: make(chan struct{})}
+	for _, u := range f.ShardURLs() {
+		pu, err := url.Parse(u)
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		s.dbs = append(s.dbs, strings.TrimPrefix(pu.Path, "/"))
+	}
+	var pid int
+	if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("soak: server: %w", err)
+	}
+	s.local = loopback(pc.ConnConfig.Host) && isPostgres(pid)
+	s.readBackends(ctx, false)
+	s.wg.Add(1)
+	go s.loop()
+	return s, nil
+}
+
+// loopback reports whether host is this machine (or a Unix socket).
+func loopback(host string) bool {
+	if host == "localhost" || strings.HasPrefix(host, "/") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// isPostgres reports whether process pid of this machine is a postgres
+// process (a server in another PID namespace would show some other
+// process, or none, under its backends' pids).
+func isPostgres(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return err == nil && strings.TrimSpace(string(b)) == "postgres"
+}
+
+func (s *dbSampler) loop() {
+	defer s.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.readBackends(ctx, true)
+		cancel()
+	}
+}
+
+// readBackends reads the CPU of the shard databases' backends and adds
+// what each used since the last reading; a backend seen for the first
+// time adds all it used, except at the first reading (count false), which
+// only sets the starting point.
+func (s *dbSampler) readBackends(ctx context.Context, count bool) {
+	if !s.local {
+		return
+	}
+	rows, err := s.pool.Query(ctx, `SELECT pid FROM pg_stat_activity
+		WHERE datname = ANY($1) AND coalesce(application_name, '') <> $2`, s.dbs, AppName)
+	if err != nil {
+		return
+	}
+	var pids []int
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) == nil {
+			pids = append(pids, pid)
+		}
+	}
+	rows.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := make(map[int]time.Duration, len(pids))
+	for _, pid := range pids {
+		t := child.CPU(pid)
+		if t <= 0 {
+			continue
+		}
+		now[pid] = t
+		if count {
+			s.acc += max(0, t-s.last[pid])
+		}
+	}
+	s.last = now
+}
+
+// sample reads every counter now.
+func (s *dbSampler) sample(ctx context.Context) dbSample {
+	s.readBackends(ctx, true)
+	out := dbSample{at: time.Now(), local: s.local}
+	s.mu.Lock()
+	out.backendCPU = s.acc
+	s.mu.Unlock()
+	if s.local {
+		out.serverCPU = child.PostgresCPU()
+	}
+	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out.err = s.pool.QueryRow(qctx, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint,
+		(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter),
+		coalesce(sum(xact_commit) FILTER (WHERE datname = ANY($1)), 0)::bigint
+		FROM pg_stat_database`, s.dbs).Scan(&out.wal, &out.checkpoints, &out.commits)
+	if out.err == nil {
+		out.others = map[uint32]int64{}
+		var rows pgx.Rows
+		rows, out.err = s.pool.Query(qctx, `SELECT datid, xact_commit FROM pg_stat_database
+			WHERE NOT datname = ANY($1) AND datname <> current_database()`, s.dbs)
+		if out.err == nil {
+			var id uint32
+			var n int64
+			_, out.err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+				out.others[id] = n
+				return nil
+			})
+		}
+	}
+	for _, p := range s.f.proxies {
+		n, u := p.Statements()
+		out.statements += n
+		out.uncounted += u
+	}
+	return out
+}
+
+// Close stops the sampling.
+func (s *dbSampler) Close() {
+	close(s.done)
+	s.wg.Wait()
+	s.pool.Close()
+}
