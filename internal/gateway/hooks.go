@@ -45,8 +45,10 @@ func (f AuthorizerFunc) AuthorizeStart(ctx context.Context, s StartAuthorization
 }
 
 // Admitter decides, from the counts a new run is written with, whether it
-// may stay (admission): see tenantcap.Hook, and tenantcap.Guarder for
-// admitting whole groups in advance. Without one every start is admitted.
+// may stay (admission): see tenantcap.Hook. The gateway's own admission
+// is decided inside the start statement (tenantcap.Ruler); an Admitter
+// set here is asked in Go, start by start. Without one every start is
+// admitted.
 type Admitter = tenantcap.Hook
 
 // Admission is what an Admitter sees of a new run.

@@ -40,13 +40,13 @@ type Runtime struct {
 	MaxConcurrentClaims int  `envconfig:"WORKER_MAX_CONCURRENT_CLAIMS" default:"50" desc:"the number of tasks run at once: claim loops of one task each, or, with HARVEST_WORKER_CLAIM_BATCH above 1, task slots filled by batch claims"`
 	PriorityAgingSecs   int  `envconfig:"WORKER_PRIORITY_AGING_SECS" default:"0" desc:"raise a waiting task by one priority level per this many seconds (0: off)"`
 
-	ClaimBatch    int `envconfig:"WORKER_CLAIM_BATCH" default:"50" desc:"most tasks one claim statement takes (1: one claim per task, each in its own loop); above 1 the worker claims in batches, runs up to HARVEST_WORKER_MAX_CONCURRENT_CLAIMS tasks at once and records completions in batches"`
+	ClaimBatch    int `envconfig:"WORKER_CLAIM_BATCH" default:"50" desc:"most tasks one claim statement takes (1: one claim per task, each in its own loop); above 1 the worker claims in batches, runs up to HARVEST_WORKER_MAX_CONCURRENT_CLAIMS tasks at once and records outcomes in batches"`
 	BatchClaimers int `envconfig:"WORKER_BATCH_CLAIMERS" default:"1" desc:"claim statements in flight at once when HARVEST_WORKER_CLAIM_BATCH is above 1"`
-	CompleteBatch int `envconfig:"WORKER_COMPLETE_BATCH" default:"256" desc:"most completions recorded in one statement when HARVEST_WORKER_CLAIM_BATCH is above 1"`
+	CompleteBatch int `envconfig:"WORKER_COMPLETE_BATCH" default:"256" desc:"most outcomes (completions, continuations, failures, hand-backs) recorded in one statement"`
 
 	PollInterval      time.Duration `envconfig:"WORKER_POLL_INTERVAL" default:"1s" desc:"how often an idle claim loop looks for work without a wake-up (jittered)"`
 	Lease             time.Duration `envconfig:"WORKER_LEASE" default:"30s" desc:"lease of a claimed task; a heartbeat extends it by this much"`
-	HeartbeatInterval time.Duration `envconfig:"WORKER_HEARTBEAT_INTERVAL" default:"10s" desc:"time between heartbeats of a running task; must be shorter than the lease"`
+	HeartbeatInterval time.Duration `envconfig:"WORKER_HEARTBEAT_INTERVAL" default:"10s" desc:"time between the worker's heartbeats, each one statement extending the leases of all its running tasks; must be shorter than the lease"`
 	ShutdownGrace     time.Duration `envconfig:"WORKER_SHUTDOWN_GRACE" default:"30s" desc:"on SIGTERM, how long running tasks may finish before they are handed back"`
 	StickyFor         time.Duration `envconfig:"WORKER_STICKY_FOR" default:"10s" desc:"how long a continuation stays reserved for the worker that made it"`
 	RetryBase         time.Duration `envconfig:"WORKER_RETRY_BASE" default:"1s" desc:"first retry delay of a failed attempt; doubled per attempt, with jitter"`

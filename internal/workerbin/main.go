@@ -167,10 +167,10 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 		pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] =
 			strconv.FormatInt(max(cfg.Lease, time.Second).Milliseconds(), 10)
 	}
-	// One claim loop per task slot needs a connection per loop (each also
-	// heartbeats), plus the janitor and some slack. In batch mode the slots
-	// share a few claim statements and one completer; the tasks' own
-	// statements (heartbeats, failures, continuations) are short.
+	// One claim loop per task slot needs a connection per loop, plus the
+	// outcome flusher, the heartbeat loop, the janitor and some slack. In
+	// batch mode the slots share a few claim statements; every outcome and
+	// every heartbeat of the worker goes in one statement per batch.
 	conns := 2*cfg.MaxConcurrentClaims + 2
 	if cfg.ClaimBatch > 1 {
 		conns = min(conns, 2*cfg.BatchClaimers+16)

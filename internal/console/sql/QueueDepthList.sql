@@ -7,7 +7,7 @@
 --   * the queues with pending or scheduled tasks come from a loose scan
 --     (one probe per queue) of tasks_pending_order and tasks_scheduled_due,
 --     and those with fairness state from the primary key of fair_state;
---   * running tasks are the ones with a lease (tasks_lease_expiry), moving
+--   * running tasks come from tasks_running (a partial index), moving
 --     ones belong to runs in move_out: both sets are small;
 --   * each queue's counts read the same partial indexes with the queue
 --     fixed, and its claims of the last minute tasks_claimed_at.

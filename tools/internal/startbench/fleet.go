@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/natsconn"
 	"github.com/harvest-run/harvest/internal/natsembed"
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/pkg/client"
@@ -268,7 +269,7 @@ func (f *fleet) httpClient(i, gw int, hc *http.Client) (*client.Client, error) {
 func (f *fleet) natsClients(conns int) ([][]*client.Client, error) {
 	var out [][]*client.Client
 	for range conns {
-		nc, err := nats.Connect(f.ns.URL(), nats.Name("harvest-sustain"))
+		nc, err := natsconn.Connect(f.ns.URL(), natsconn.Options{Name: "harvest-sustain", FailFast: true})
 		if err != nil {
 			return nil, err
 		}
