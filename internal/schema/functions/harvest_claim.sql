@@ -10,7 +10,9 @@
 --   and commits later flushes it first, so nothing that depends on it can
 --   outlive a crash that loses it.
 -- A fair claim takes the queue's fair lock first, so the fair claims of a
--- queue run one after the other, each against what the previous committed.
+-- queue run one after the other, each against what the previous committed
+-- (harvest_claim_prepare: the lock, promotion, the fold); then one step
+-- (harvest_claim_step).
 CREATE OR REPLACE FUNCTION harvest_claim(p_queue text, p_worker text, p_now timestamptz, p_fair boolean,
                                          p_aging integer, p_lease interval, p_task_id bigint,
                                          p_release_early boolean)
@@ -21,9 +23,7 @@ SET jit = off
 AS $$
 DECLARE
     r_out  harvest_claimed;
-    v_conf    boolean := false;
-    v_two     boolean := false;
-    v_runtime boolean := false;
+    r_mode record;
 BEGIN
     -- A paused queue hands out nothing (queue_pauses); its shared pause
     -- lock comes before every other lock of the claim.
@@ -31,26 +31,9 @@ BEGIN
         r_out.outcome := 'no_task';
         RETURN r_out;
     END IF;
-    IF p_fair THEN
-        PERFORM harvest_queue_lock(p_queue);
-        IF p_release_early THEN
-            PERFORM set_config('synchronous_commit', 'off', true);
-        END IF;
-    END IF;
-    IF p_fair THEN
-        PERFORM harvest_promote_queue(p_queue, coalesce(p_now, now()), 1000);
-    ELSE
-        PERFORM harvest_promote_due(p_queue, coalesce(p_now, now()), 1000);
-    END IF;
-    IF p_fair THEN
-        PERFORM harvest_fair_fold(p_queue);
-        -- The worker time of ended attempts, in a queue with modes.
-        SELECT m.configured, m.two_level, m.runtime INTO v_conf, v_two, v_runtime FROM harvest_fair_mode(p_queue) m;
-        IF v_conf THEN
-            PERFORM harvest_fair_held_fold(p_queue, v_two);
-        END IF;
-    END IF;
-    r_out := harvest_claim_step(p_queue, p_worker, p_now, p_fair, p_aging, p_lease, p_task_id);
+    r_mode := harvest_claim_prepare(p_queue, p_now, p_fair, p_release_early);
+    r_out := harvest_claim_step(p_queue, p_worker, p_now, p_fair, p_aging, p_lease, p_task_id,
+                                r_mode.two_level, r_mode.runtime);
     IF p_fair AND p_release_early AND r_out.outcome = 'ok' THEN
         PERFORM set_config('harvest.flush', 'on', false);
     END IF;

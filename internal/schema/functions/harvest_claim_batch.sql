@@ -31,7 +31,7 @@ DECLARE
     v_bulk boolean;
     v_took boolean := false;
     v_lone text;
-    v_conf    boolean := false;
+    r_mode record;
     v_two     boolean := false;
     v_runtime boolean := false;
 BEGIN
@@ -51,7 +51,7 @@ BEGIN
     -- knows the runtime charge, and a two-level queue takes every row by
     -- the single claim.
     IF p_fair THEN
-        SELECT m.configured, m.two_level, m.runtime INTO v_conf, v_two, v_runtime FROM harvest_fair_mode(p_queue) m;
+        SELECT m.two_level, m.runtime INTO v_two, v_runtime FROM harvest_fair_mode(p_queue) m;
     END IF;
     IF p_fair AND NOT (v_two OR v_runtime) AND p_release_early AND p_aging = 0 AND p_n > 1 AND NOT (p_worker <> '' AND EXISTS (
             SELECT 1 FROM tasks x
@@ -85,25 +85,12 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    IF p_fair THEN
-        PERFORM harvest_queue_lock(p_queue);
-        IF p_release_early THEN
-            PERFORM set_config('synchronous_commit', 'off', true);
-        END IF;
-    END IF;
-    IF p_fair THEN
-        PERFORM harvest_promote_queue(p_queue, coalesce(p_now, now()), 1000);
-    ELSE
-        PERFORM harvest_promote_due(p_queue, coalesce(p_now, now()), 1000);
-    END IF;
-    IF p_fair THEN
-        PERFORM harvest_fair_fold(p_queue);
-        -- Read again under the lock: a change of modes waits for the lock.
-        SELECT m.configured, m.two_level, m.runtime INTO v_conf, v_two, v_runtime FROM harvest_fair_mode(p_queue) m;
-        IF v_conf THEN
-            PERFORM harvest_fair_held_fold(p_queue, v_two);
-        END IF;
-    END IF;
+    -- Otherwise the preamble of every claim (the exclusive lock, promotion,
+    -- the folds); the modes are read again under the lock, since a change
+    -- of modes waits for it, and given to every single step.
+    r_mode := harvest_claim_prepare(p_queue, p_now, p_fair, p_release_early);
+    v_two := r_mode.two_level;
+    v_runtime := r_mode.runtime;
     -- The fair bulk step knows the runtime charge, not the two levels.
     v_bulk := p_aging = 0 AND NOT (p_fair AND v_two)
         AND NOT (p_worker <> '' AND EXISTS (
@@ -129,7 +116,7 @@ BEGIN
             v_left := v_left - v_got;
             CONTINUE WHEN v_got > 0;
         END IF;
-        r_out := harvest_claim_step(p_queue, p_worker, p_now, p_fair, p_aging, p_lease, NULL);
+        r_out := harvest_claim_step(p_queue, p_worker, p_now, p_fair, p_aging, p_lease, NULL, v_two, v_runtime);
         EXIT WHEN r_out.outcome <> 'ok';
         v_took := true;
         RETURN NEXT r_out;

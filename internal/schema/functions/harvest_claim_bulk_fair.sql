@@ -6,8 +6,9 @@
 -- queue charged by runtime (p_runtime) each claim bills the key's held
 -- estimate instead of 1 (1 s until one of its attempts has ended), the
 -- same for all its rows of the step since estimates move only when the
--- held time is folded, before the step; so a key's increment is cost/w
--- throughout, computed once as the single claim computes it.
+-- held time is folded, before the step; so a key's increment is the step
+-- of harvest_charge_terms (cost / w) throughout, read once from the
+-- function the single claim reads it from.
 --
 -- Why a plan can be computed at once: among keys whose heads share the top
 -- priority, the single claim always takes the key with the smallest start
@@ -78,22 +79,19 @@ BEGIN
          WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND NOT f.in_debt
          ORDER BY f.head_prio DESC, f.head_cont DESC, f.head_due, f.head_id LIMIT p_n)
         UNION ALL
-        (SELECT f.key, greatest(f.pass, v_clock0), f.head_prio, f.head_cont, f.head_due, f.head_id FROM fair_state f
+        (SELECT f.key, harvest_start_tag(f.pass, v_clock0), f.head_prio, f.head_cont, f.head_due, f.head_id FROM fair_state f
          WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND f.in_debt
          ORDER BY f.head_prio DESC, f.pass, f.head_cont DESC, f.head_due, f.head_id LIMIT p_n)
     ), top AS (
         SELECT u.*, row_number() OVER (ORDER BY u.t, u.head_cont DESC, u.head_due, u.head_id) AS r
         FROM u WHERE u.head_prio = (SELECT max(head_prio) FROM u)
     ), ranked AS (
-        SELECT top.*, coalesce(CASE WHEN top.key <> '' THEN w.weight END, 1) AS w,
-               CASE WHEN p_runtime THEN coalesce((SELECT f.held_est FROM fair_state f
-                    WHERE f.queue = p_queue AND f.key = top.key AND f.charged_at IS NOT NULL), 1)
-                    ELSE 1 END AS cost
-        FROM top LEFT JOIN weight_overrides w ON w.queue = p_queue AND w.key = top.key
+        SELECT top.*, c.weight AS w, c.cost, c.step AS inc
+        FROM top CROSS JOIN LATERAL harvest_charge_terms(p_queue, top.key, p_runtime) c
         WHERE top.r <= p_n
     )
     SELECT max(head_prio), array_agg(key ORDER BY r), array_agg(t ORDER BY r), array_agg(w ORDER BY r),
-           array_agg(cost ORDER BY r), array_agg(cost / w ORDER BY r),
+           array_agg(cost ORDER BY r), array_agg(inc ORDER BY r),
            array_agg(head_cont ORDER BY r), array_agg(head_due ORDER BY r), array_agg(head_id ORDER BY r), sum(w / cost)
     INTO v_prio, v_keys, v_t, v_w, v_cost, v_inc, v_hc, v_hd, v_hi, v_sumw
     FROM ranked;

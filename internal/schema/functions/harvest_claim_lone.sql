@@ -4,9 +4,11 @@
 -- so such batches need not take turns: each takes the next rows of the key
 -- that no other claim holds (SKIP LOCKED), leases them beside the others,
 -- and only then waits for the key's state row to charge them. Each charge
--- is the single claim's arithmetic, row by row, from the state the previous
--- holder of that row committed, so the key pays exactly for every claim
--- whatever the order the batches commit in.
+-- is the single claim's arithmetic (harvest_charge_terms for the step,
+-- harvest_start_tag for each start), row by row, from the state the
+-- previous holder of that row committed, so the key pays exactly for every
+-- claim whatever the order the batches commit in. A queue charged by
+-- runtime never takes this step, so a claim here costs 1.
 --
 -- The rows come from the head's (priority, band) group first, else from
 -- the key's first rows; the caller calls again for the next group. The new
@@ -27,7 +29,7 @@ DECLARE
     v_lags    double precision[];
     v_k       integer;
     v_i       integer;
-    v_w       double precision;
+    v_step    double precision;
     v_clock0  double precision;
     v_clock   double precision;
     v_pass    double precision;
@@ -71,17 +73,13 @@ BEGIN
     SELECT * INTO r_f FROM fair_state WHERE queue = p_queue AND key = p_key FOR UPDATE;
     v_clock0 := harvest_clock(p_queue);
     v_clock := v_clock0;
-    v_w := 1;
-    IF p_key <> '' THEN
-        SELECT weight INTO v_w FROM weight_overrides WHERE queue = p_queue AND key = p_key;
-        v_w := coalesce(v_w, 1);
-    END IF;
+    SELECT t.step INTO v_step FROM harvest_charge_terms(p_queue, p_key, false) t;
     v_pass := r_f.pass;
     v_lags := array_fill(0::double precision, ARRAY[v_k]);
     FOR v_i IN 1..v_k LOOP
-        v_start := CASE WHEN v_pass IS NULL THEN v_clock ELSE greatest(v_pass, v_clock) END;
+        v_start := harvest_start_tag(v_pass, v_clock);
         v_lags[v_i] := v_start - v_clock;
-        v_pass := v_start + 1::double precision / v_w;
+        v_pass := v_start + v_step;
         v_clock := greatest(v_clock, v_start);
     END LOOP;
     SELECT * INTO r_head FROM harvest_key_head(p_queue, p_key, r_f.head_prio, r_f.head_cont, r_f.head_due, r_f.head_id);
