@@ -12,12 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/config"
 	"github.com/harvest-run/harvest/internal/natsconn"
-	"github.com/harvest-run/harvest/internal/pgpool"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
@@ -67,30 +64,6 @@ func loadAdmissionEnv() (admissionEnv, error) {
 	return cfg, nil
 }
 
-// connectShards opens one connection per shard; the caller closes them.
-func connectShards(ctx context.Context, urls []string, timeout time.Duration) ([]*pgx.Conn, error) {
-	conns := make([]*pgx.Conn, len(urls))
-	for i, u := range urls {
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		c, err := pgpool.Connect(cctx, u)
-		cancel()
-		if err != nil {
-			closeConns(conns)
-			return nil, fmt.Errorf("shard %d (%s): %w", i, config.Redact(u), err)
-		}
-		conns[i] = c
-	}
-	return conns, nil
-}
-
-func closeConns(conns []*pgx.Conn) {
-	for _, c := range conns {
-		if c != nil {
-			_ = c.Close(context.Background())
-		}
-	}
-}
-
 func admissionGet(ctx context.Context, e env, args []string) error {
 	fs := newFlags(e, "admission get", "admission get [--json] [--tokens FILE] [--timeout 10s]")
 	asJSON := fs.Bool("json", false, "print the GET /v1/admission body")
@@ -126,29 +99,31 @@ func admissionGet(ctx context.Context, e env, args []string) error {
 
 // readAdmission builds the same view as GET /v1/admission, straight from
 // the shards.
-func readAdmission(ctx context.Context, e env, cfg admissionEnv, tokensFlag string, timeout time.Duration) (tenantcap.AdmissionView, error) {
+func readAdmission(ctx context.Context, e env, cfg admissionEnv, tokensFlag string, timeout time.Duration) (api.AdmissionView, error) {
 	tenants, err := registeredTenants(e, cfg, tokensFlag)
 	if err != nil {
-		return tenantcap.AdmissionView{}, err
+		return api.AdmissionView{}, err
 	}
-	conns, err := connectShards(ctx, cfg.Shards, timeout)
+	set, err := openShardSet(ctx, cfg.Shards, 1)
 	if err != nil {
-		return tenantcap.AdmissionView{}, err
+		return api.AdmissionView{}, err
 	}
-	defer closeConns(conns)
+	defer set.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cur, err := tenantcap.LoadConfig(ctx, conns[0])
+	cur, err := tenantcap.LoadConfig(ctx, set.pools[0])
 	if err != nil {
-		return tenantcap.AdmissionView{}, err
+		return api.AdmissionView{}, set.named(0, err)
 	}
-	ceilings, err := tenantcap.LoadCeilings(ctx, conns[0])
+	ceilings, err := tenantcap.LoadCeilings(ctx, set.pools[0])
 	if err != nil {
-		return tenantcap.AdmissionView{}, err
+		return api.AdmissionView{}, set.named(0, err)
 	}
-	dbs := make([]tenantcap.DB, len(conns))
-	for i, c := range conns {
-		dbs[i] = c
+	// A shard other than 0 that does not answer is listed in the view's
+	// unavailable_shards, as GET /v1/admission lists it.
+	dbs := make([]tenantcap.DB, len(set.pools))
+	for i, p := range set.pools {
+		dbs[i] = p
 	}
 	return tenantcap.BuildAdmissionView(ctx, dbs, cur, ceilings, cfg.MaxRuns, tenants)
 }
@@ -170,7 +145,7 @@ func registeredTenants(e env, cfg admissionEnv, flagPath string) ([]string, erro
 	return set.Tenants(), nil
 }
 
-func printAdmission(e env, v tenantcap.AdmissionView, asJSON bool) error {
+func printAdmission(e env, v api.AdmissionView, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -228,7 +203,7 @@ func admissionSet(ctx context.Context, e env, args []string) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if set["algorithm"] {
-		a := tenantcap.Algorithm(*algo)
+		a := api.Algorithm(*algo)
 		p.Algorithm = &a
 	}
 	if set["tfm"] {
@@ -259,17 +234,17 @@ func admissionSet(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	conns, err := connectShards(ctx, cfg.Shards[:1], *timeout)
+	shard0, err := openShardSet(ctx, cfg.Shards[:1], 1)
 	if err != nil {
 		return err
 	}
-	defer closeConns(conns)
+	defer shard0.Close()
 	sctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	p.MaxRuns = cfg.Settings.MaxRuns
-	cur, err := tenantcap.UpdateConfig(sctx, conns[0], cliActor(), p)
+	cur, err := tenantcap.UpdateConfig(sctx, shard0.pools[0], cliActor(), p)
 	if err != nil {
-		return admissionSetError(err)
+		return admissionSetError(shard0.named(0, err))
 	}
 	announce(ctx, e, cfg, cur)
 	if !*asJSON {
@@ -377,7 +352,7 @@ func admissionPriority(ctx context.Context, e env, args []string) error {
 			c, err = gw.PriorityCeiling(cctx, *tenant)
 		}
 	} else {
-		c, err = admissionPriorityDirect(cctx, e, *tenant, set["max"], *maxP, *clear, *timeout)
+		c, err = admissionPriorityDirect(cctx, e, *tenant, set["max"], *maxP, *clear)
 	}
 	if err != nil {
 		return admissionSetError(err)
@@ -395,40 +370,42 @@ func admissionPriority(ctx context.Context, e env, args []string) error {
 	return nil
 }
 
-// admissionPriorityDirect is admission priority on shard 0: refusals are
-// audited here, as the gateway's routes audit theirs.
-func admissionPriorityDirect(ctx context.Context, e env, tenant string, setMax bool, maxP int, clear bool, timeout time.Duration) (api.PriorityCeiling, error) {
+// admissionPriorityDirect is admission priority on shard 0 (ctx bounds it,
+// connecting included): refusals are audited here, as the gateway's routes
+// audit theirs.
+func admissionPriorityDirect(ctx context.Context, e env, tenant string, setMax bool, maxP int, clear bool) (api.PriorityCeiling, error) {
 	cfg, err := loadAdmissionEnv()
 	if err != nil {
 		return api.PriorityCeiling{}, err
 	}
-	conns, err := connectShards(ctx, cfg.Shards[:1], timeout)
+	shard0, err := openShardSet(ctx, cfg.Shards[:1], 1)
 	if err != nil {
 		return api.PriorityCeiling{}, err
 	}
-	defer closeConns(conns)
+	defer shard0.Close()
+	db := shard0.pools[0]
 	if !setMax && !clear {
-		ceilings, err := tenantcap.LoadCeilings(ctx, conns[0])
+		ceilings, err := tenantcap.LoadCeilings(ctx, db)
 		if err != nil {
-			return api.PriorityCeiling{}, err
+			return api.PriorityCeiling{}, shard0.named(0, err)
 		}
 		return ceilings.Ceiling(tenant), nil
 	}
 	var c api.PriorityCeiling
 	if setMax {
-		c, err = tenantcap.SetCeiling(ctx, conns[0], cliActor(), tenant, maxP)
+		c, err = tenantcap.SetCeiling(ctx, db, cliActor(), tenant, maxP)
 	} else {
-		c, err = tenantcap.ClearCeiling(ctx, conns[0], cliActor(), tenant)
+		c, err = tenantcap.ClearCeiling(ctx, db, cliActor(), tenant)
 	}
 	var ae *api.Error
 	if errors.As(err, &ae) {
 		attempted, _ := json.Marshal(map[string]any{"tenant": tenant, "max_priority": maxP, "clear": clear})
-		if aerr := tenantcap.RecordCeilingRefusal(ctx, conns[0], cliActor(), attempted, ae); aerr != nil {
+		if aerr := tenantcap.RecordCeilingRefusal(ctx, db, cliActor(), attempted, ae); aerr != nil {
 			fmt.Fprintf(e.stderr, "note: the refusal could not be audited: %v\n", aerr)
 		}
 	}
 	if err != nil {
-		return api.PriorityCeiling{}, err
+		return api.PriorityCeiling{}, shard0.named(0, err)
 	}
 	nc, nerr := natsconn.Connect(cfg.NATSURL, natsconn.Options{Name: "harvest admission priority", FailFast: true})
 	if nerr == nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/internal/testsvc"
+	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
@@ -38,9 +39,9 @@ func TestAdmissionGetSet(t *testing.T) {
 
 	code, out, errOut := run(t, env, "admission", "get", "--json")
 	require.Equal(t, 0, code, errOut)
-	var v tenantcap.AdmissionView
+	var v api.AdmissionView
 	require.NoError(t, json.Unmarshal([]byte(out), &v))
-	require.Equal(t, tenantcap.NoLimit, v.Algorithm)
+	require.Equal(t, api.AlgorithmNoLimit, v.Algorithm)
 	require.Equal(t, 40, v.MaxRuns)
 	require.True(t, v.MaxRunsReadOnly)
 	require.Equal(t, 2, v.Tenants)
@@ -51,7 +52,7 @@ func TestAdmissionGetSet(t *testing.T) {
 	code, out, errOut = run(t, env, "admission", "set", "--algorithm", "static", "--tfm", "0.5", "--json")
 	require.Equal(t, 0, code, errOut)
 	require.NoError(t, json.Unmarshal([]byte(out), &v))
-	require.Equal(t, tenantcap.Static, v.Algorithm)
+	require.Equal(t, api.AlgorithmStatic, v.Algorithm)
 	require.Equal(t, 10, *v.Limit, "40 × 0.5 / 2 tenants")
 	require.Contains(t, v.UpdatedBy, "cli:")
 
@@ -79,5 +80,5 @@ func TestAdmissionGetSet(t *testing.T) {
 	require.Equal(t, 2, refused, "the negative tfm and the unknown algorithm")
 	cur, err := tenantcap.LoadConfig(ctx, conn)
 	require.NoError(t, err)
-	require.Equal(t, tenantcap.Config{Algorithm: tenantcap.Static, TFM: 0.5}, cur.Config)
+	require.Equal(t, tenantcap.Config{Algorithm: api.AlgorithmStatic, TFM: 0.5}, cur.Config)
 }

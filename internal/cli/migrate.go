@@ -9,21 +9,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/sourcegraph/conc/iter"
 
 	"github.com/harvest-run/harvest/internal/config"
-	"github.com/harvest-run/harvest/internal/pgpool"
 	"github.com/harvest-run/harvest/internal/schema"
+	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/pkg/migrate"
 )
-
-// shardResult is one shard's outcome of an operation over every shard.
-type shardResult struct {
-	Shard   int
-	URL     string
-	Version int
-	Err     error
-}
 
 func runMigrate(ctx context.Context, e env, args []string) error {
 	if len(args) > 0 && args[0] == "status" {
@@ -40,15 +31,20 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	results := migrateShards(ctx, cfg.Shards, *timeout, e.stderr)
+	set, err := openShardSet(ctx, cfg.Shards, 1)
+	if err != nil {
+		return err
+	}
+	defer set.Close()
+	results := migrateShards(ctx, set, *timeout, e.stderr)
 	var failed []string
 	for _, r := range results {
 		if r.Err != nil {
-			fmt.Fprintf(e.stdout, "shard %d (%s): FAILED: %v\n", r.Shard, config.Redact(r.URL), r.Err)
-			failed = append(failed, fmt.Sprintf("shard %d (%s)", r.Shard, config.Redact(r.URL)))
+			fmt.Fprintf(e.stdout, "shard %d (%s): FAILED: %v\n", r.Shard, set.URL(r.Shard), r.Err)
+			failed = append(failed, fmt.Sprintf("shard %d (%s)", r.Shard, set.URL(r.Shard)))
 			continue
 		}
-		fmt.Fprintf(e.stdout, "shard %d (%s): version %d\n", r.Shard, config.Redact(r.URL), r.Version)
+		fmt.Fprintf(e.stdout, "shard %d (%s): version %d\n", r.Shard, set.URL(r.Shard), r.Value)
 	}
 	if len(failed) > 0 {
 		return fmt.Errorf("%d of %d shards not migrated: %s", len(failed), len(results), strings.Join(failed, ", "))
@@ -56,55 +52,35 @@ func runMigrate(ctx context.Context, e env, args []string) error {
 	return nil
 }
 
-// MigrateShards migrates every shard concurrently. A shard that fails does
-// not stop the others; each result says how its shard fared.
-func MigrateShards(ctx context.Context, shards []string, timeout time.Duration) []shardResult {
-	return migrateShards(ctx, shards, timeout, io.Discard)
-}
-
-// migrateShards is MigrateShards that retries each shard until its timeout,
-// telling log about every failed attempt.
-func migrateShards(ctx context.Context, shards []string, timeout time.Duration, log io.Writer) []shardResult {
-	idx := make([]int, len(shards))
-	for i := range idx {
-		idx[i] = i
-	}
-	return iter.Map(idx, func(i *int) shardResult {
-		r := migrateRetry(ctx, *i, shards[*i], timeout, log)
-		r.Shard = *i
-		return r
+// migrateShards migrates every shard of set at once, each retried until
+// timeout (migrateRetry), telling log about every failed attempt. A shard
+// that fails does not stop the others; each answer's value is the shard's
+// version afterwards.
+func migrateShards(ctx context.Context, set *shardSet, timeout time.Duration, log io.Writer) []shards.Answer[int] {
+	return eachShard(ctx, set, 0, func(ctx context.Context, shard int, db *pgxpool.Pool) (int, error) {
+		return migrateRetry(ctx, set, shard, db, timeout, log)
 	})
 }
 
 // migrateRetry migrates one shard, trying again with backoff (up to 2s
 // apart) until timeout runs out or ctx ends.
-func migrateRetry(ctx context.Context, shard int, url string, timeout time.Duration, log io.Writer) shardResult {
+func migrateRetry(ctx context.Context, set *shardSet, shard int, db *pgxpool.Pool, timeout time.Duration, log io.Writer) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	wait := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		r := migrateOne(ctx, url)
-		if r.Err == nil || ctx.Err() != nil {
-			return r
+		v, err := schema.Migrate(ctx, db)
+		if err == nil || ctx.Err() != nil {
+			return v, err
 		}
-		fmt.Fprintf(log, "shard %d (%s): attempt %d: %v (retrying in %s)\n", shard, config.Redact(url), attempt, r.Err, wait)
+		fmt.Fprintf(log, "shard %d (%s): attempt %d: %v (retrying in %s)\n", shard, set.URL(shard), attempt, err, wait)
 		select {
 		case <-ctx.Done():
-			return r
+			return v, err
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 2*time.Second)
 	}
-}
-
-func migrateOne(ctx context.Context, url string) shardResult {
-	conn, err := pgpool.Connect(ctx, url)
-	if err != nil {
-		return shardResult{URL: url, Err: fmt.Errorf("connect: %w", err)}
-	}
-	defer conn.Close(context.Background())
-	v, err := schema.Migrate(ctx, conn)
-	return shardResult{URL: url, Version: v, Err: err}
 }
 
 // loadCommon reads the settings every binary shares (HARVEST_SHARDS);
@@ -145,25 +121,24 @@ func runMigrateStatus(ctx context.Context, e env, args []string) error {
 	if err != nil {
 		return err
 	}
-	idx := make([]int, len(cfg.Shards))
-	for i := range idx {
-		idx[i] = i
+	set, err := openShardSet(ctx, cfg.Shards, 1)
+	if err != nil {
+		return err
 	}
-	statuses := iter.Map(idx, func(i *int) shardStatus {
-		st := shardStatus{Shard: *i, URL: config.Redact(cfg.Shards[*i])}
-		ms, err := shardMigrations(ctx, *i, cfg.Shards[*i], *timeout)
-		if err != nil {
-			st.Error = err.Error()
-			return st
-		}
-		st.Migrations = ms
-		for _, m := range ms {
+	defer set.Close()
+	answers := eachShard(ctx, set, *timeout, func(ctx context.Context, _ int, db *pgxpool.Pool) ([]migrate.Migration, error) {
+		return migrate.Status(ctx, db)
+	})
+	statuses := make([]shardStatus, len(answers))
+	for i, a := range answers {
+		st := shardStatus{Shard: a.Shard, URL: set.URL(a.Shard), Migrations: a.Value, Error: errText(a.Err)}
+		for _, m := range a.Value {
 			if !m.Applied {
 				st.Pending++
 			}
 		}
-		return st
-	})
+		statuses[i] = st
+	}
 	var failed []string
 	for _, st := range statuses {
 		if st.Error != "" {
@@ -196,20 +171,4 @@ func runMigrateStatus(ctx context.Context, e env, args []string) error {
 		return fmt.Errorf("%d of %d shards did not answer: %s", len(failed), len(statuses), strings.Join(failed, ", "))
 	}
 	return nil
-}
-
-// shardMigrations reads one shard's migration status.
-func shardMigrations(ctx context.Context, shard int, url string, timeout time.Duration) ([]migrate.Migration, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
-	}
-	pool, err := pgpool.New(ctx, shard, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
-	}
-	defer pool.Close()
-	return migrate.Status(ctx, pool)
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harvest-run/harvest/pkg/claim"
 )
@@ -31,16 +31,18 @@ func runPrune(ctx context.Context, e env, args []string) error {
 	if *window < 0 {
 		return usageError{Msg: "--window: must not be negative"}
 	}
-	results, err := eachShard(ctx, *timeout, func(ctx context.Context, conn *pgx.Conn) ([]claim.StateKey, error) {
-		// The database clock decides what is inside the window.
-		return claim.PruneFairState(ctx, conn, time.Time{}, *window, *preview)
-	})
+	set, err := openEveryShard(ctx, 1)
 	if err != nil {
 		return err
 	}
+	defer set.Close()
+	results := eachShard(ctx, set, *timeout, func(ctx context.Context, _ int, db *pgxpool.Pool) ([]claim.StateKey, error) {
+		// The database clock decides what is inside the window.
+		return claim.PruneFairState(ctx, db, time.Time{}, *window, *preview)
+	})
 	enc := json.NewEncoder(e.stdout)
 	for _, r := range results {
-		out := pruneResult{Shard: r.Shard, Preview: *preview, Deleted: r.Value, Error: r.Error}
+		out := pruneResult{Shard: r.Shard, Preview: *preview, Deleted: r.Value, Error: errText(set.named(r.Shard, r.Err))}
 		if out.Deleted == nil {
 			out.Deleted = []claim.StateKey{}
 		}
@@ -54,8 +56,8 @@ func runPrune(ctx context.Context, e env, args []string) error {
 		if out.Preview {
 			verb = "would delete"
 		}
-		if r.Error != "" {
-			fmt.Fprintf(e.stdout, "shard %d: FAILED: %s\n", r.Shard, r.Error)
+		if r.Err != nil {
+			fmt.Fprintf(e.stdout, "shard %d: FAILED: %s\n", r.Shard, out.Error)
 			continue
 		}
 		fmt.Fprintf(e.stdout, "shard %d: %s %d fairness state rows\n", r.Shard, verb, len(out.Deleted))

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/weights"
 )
 
@@ -65,7 +66,7 @@ func runQuotas(ctx context.Context, e env, args []string) error {
 			return argError(err)
 		}
 	}
-	var q weights.Quota
+	var q api.Quota
 	if sub == "set" {
 		if flagSet(fs, "max-concurrent") {
 			q.MaxConcurrent = maxConc
@@ -103,7 +104,7 @@ func runQuotas(ctx context.Context, e env, args []string) error {
 		return readStatus(res.Status(), len(res.UnavailableShards), res.Message)
 	}
 
-	var res weights.QuotaWriteResult
+	var res api.QuotaWriteResult
 	if sub == "set" {
 		res, err = b.SetQuota(ctx, actor, *af.queue, *quotaKey, q)
 	} else {
@@ -128,7 +129,7 @@ func runQuotas(ctx context.Context, e env, args []string) error {
 	return statusError(res.Status(), res.Message)
 }
 
-func describeQuota(q weights.Quota) string {
+func describeQuota(q api.Quota) string {
 	var parts []string
 	if q.MaxConcurrent != nil {
 		parts = append(parts, "max_concurrent "+strconv.Itoa(*q.MaxConcurrent))
@@ -142,7 +143,7 @@ func describeQuota(q weights.Quota) string {
 	return strings.Join(parts, ", ")
 }
 
-func printQuotaRows(w io.Writer, shard string, rows []weights.QuotaEntry) {
+func printQuotaRows(w io.Writer, shard string, rows []api.QuotaEntry) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	if shard != "" {
 		fmt.Fprint(tw, "SHARD\t")
@@ -167,7 +168,7 @@ func printQuotaRows(w io.Writer, shard string, rows []weights.QuotaEntry) {
 	tw.Flush()
 }
 
-func printQuotas(w io.Writer, res weights.QuotaReadResult) {
+func printQuotas(w io.Writer, res api.QuotaReadResult) {
 	fmt.Fprintf(w, "queue %q: %d quotas", res.Queue, len(res.Quotas))
 	if res.QuotasUniform {
 		fmt.Fprintln(w, ", the same on every shard that answered")
@@ -180,13 +181,13 @@ func printQuotas(w io.Writer, res weights.QuotaReadResult) {
 	if !res.QuotasUniform {
 		fmt.Fprintln(w, "\nquotas in dispute:")
 		for _, s := range res.Shards {
-			if s.Outcome == weights.OutcomeOK {
+			if s.Outcome == api.ShardOutcomeOK {
 				printQuotaRows(w, strconv.Itoa(s.Shard), s.Quotas)
 			}
 		}
 	}
 	for _, s := range res.Shards {
-		if s.Outcome != weights.OutcomeOK {
+		if s.Outcome != api.ShardOutcomeOK {
 			fmt.Fprintf(w, "shard %d: %s: %s\n", s.Shard, s.Outcome, s.Message)
 		}
 	}

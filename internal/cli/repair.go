@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harvest-run/harvest/pkg/claim"
 )
@@ -38,15 +38,17 @@ func runRepair(ctx context.Context, e env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	results, err := eachShard(ctx, *timeout, func(ctx context.Context, conn *pgx.Conn) ([]claim.Repaired, error) {
-		return claim.Repair(ctx, conn, queues...)
-	})
+	set, err := openEveryShard(ctx, 1)
 	if err != nil {
 		return err
 	}
+	defer set.Close()
+	results := eachShard(ctx, set, *timeout, func(ctx context.Context, _ int, db *pgxpool.Pool) ([]claim.Repaired, error) {
+		return claim.Repair(ctx, db, queues...)
+	})
 	enc := json.NewEncoder(e.stdout)
 	for _, r := range results {
-		out := repairResult{Shard: r.Shard, Queues: r.Value, Error: r.Error}
+		out := repairResult{Shard: r.Shard, Queues: r.Value, Error: errText(set.named(r.Shard, r.Err))}
 		if out.Queues == nil {
 			out.Queues = []claim.Repaired{}
 		}
@@ -56,8 +58,8 @@ func runRepair(ctx context.Context, e env, args []string) error {
 			}
 			continue
 		}
-		if r.Error != "" {
-			fmt.Fprintf(e.stdout, "shard %d: FAILED: %s\n", r.Shard, r.Error)
+		if r.Err != nil {
+			fmt.Fprintf(e.stdout, "shard %d: FAILED: %s\n", r.Shard, out.Error)
 			continue
 		}
 		repaired, refreshed := 0, 0

@@ -12,14 +12,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/config"
 	"github.com/harvest-run/harvest/internal/directory"
 	"github.com/harvest-run/harvest/internal/natsconn"
-	"github.com/harvest-run/harvest/internal/pgpool"
 	"github.com/harvest-run/harvest/internal/tenantmove"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
@@ -165,13 +163,13 @@ func execTenants(ctx context.Context, e env, cfg tenantsEnv, req tenantsRequest)
 	}
 	// A move holds a transaction on each of two shards while it reads and
 	// writes others; a few connections per shard leave it room.
-	pools, err := openTenantPools(ctx, cfg.Shards, 4)
+	set, err := openShardSet(ctx, cfg.Shards, 4)
 	if err != nil {
 		return err
 	}
-	defer closePools(pools)
+	defer set.Close()
 	o := tenantmove.Options{
-		Shards:  pools,
+		Shards:  set.pools,
 		Prefix:  cfg.Prefix,
 		MaxRuns: cfg.MaxRuns,
 		Batch:   req.batch,
@@ -381,34 +379,4 @@ func tenantsNATS(e env, cfg tenantsEnv) *nats.Conn {
 		return nil
 	}
 	return nc
-}
-
-// openTenantPools opens a small pool on every shard; it connects to
-// nothing until the first statement.
-func openTenantPools(ctx context.Context, urls config.Shards, maxConns int32) ([]*pgxpool.Pool, error) {
-	var pools []*pgxpool.Pool
-	for i, u := range urls {
-		pc, err := pgxpool.ParseConfig(u)
-		if err != nil {
-			closePools(pools)
-			return nil, usageError{Msg: fmt.Sprintf("HARVEST_SHARDS: shard %d: %q: %v", i, config.Redact(u), err)}
-		}
-		if pc.ConnConfig.ConnectTimeout == 0 {
-			pc.ConnConfig.ConnectTimeout = defaultConnectTimeout
-		}
-		pc.MaxConns = maxConns
-		p, err := pgpool.New(ctx, i, pc)
-		if err != nil {
-			closePools(pools)
-			return nil, fmt.Errorf("shard %d (%s): %w", i, config.Redact(u), err)
-		}
-		pools = append(pools, p)
-	}
-	return pools, nil
-}
-
-func closePools(pools []*pgxpool.Pool) {
-	for _, p := range pools {
-		p.Close()
-	}
 }

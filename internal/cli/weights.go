@@ -45,13 +45,13 @@ type adminConfig struct {
 // (gatewayBackend, with HARVEST_TOKEN). Both give the same answers, so the
 // commands print the same output and exit with the same codes.
 type adminBackend interface {
-	SetWeight(ctx context.Context, actor, queue, key string, w float64) (weights.WriteResult, error)
-	ClearWeight(ctx context.Context, actor, queue, key string) (weights.WriteResult, error)
-	GetWeights(ctx context.Context, queue string) (weights.ReadResult, error)
-	Keys(ctx context.Context, queue string, limit int) (weights.KeysResult, error)
-	SetQuota(ctx context.Context, actor, queue, quotaKey string, q weights.Quota) (weights.QuotaWriteResult, error)
-	ClearQuota(ctx context.Context, actor, queue, quotaKey string) (weights.QuotaWriteResult, error)
-	GetQuota(ctx context.Context, queue, quotaKey string) (weights.QuotaReadResult, error)
+	SetWeight(ctx context.Context, actor, queue, key string, w float64) (api.WeightWriteResult, error)
+	ClearWeight(ctx context.Context, actor, queue, key string) (api.WeightWriteResult, error)
+	GetWeights(ctx context.Context, queue string) (api.WeightReadResult, error)
+	Keys(ctx context.Context, queue string, limit int) (api.KeysResult, error)
+	SetQuota(ctx context.Context, actor, queue, quotaKey string, q api.Quota) (api.QuotaWriteResult, error)
+	ClearQuota(ctx context.Context, actor, queue, quotaKey string) (api.QuotaWriteResult, error)
+	GetQuota(ctx context.Context, queue, quotaKey string) (api.QuotaReadResult, error)
 	PauseQueue(ctx context.Context, actor, queue string, paused bool) (api.QueuePauseResult, error)
 	// Fairness sets the queue's fairness modes (req with a field given)
 	// or reads them (req empty).
@@ -77,7 +77,7 @@ func openAdminBackend(ctx context.Context, shardTimeout time.Duration, publish b
 	if err := cfg.Shards.Validate(); err != nil {
 		return nil, usageError{Msg: err.Error()}
 	}
-	set, err := openShardSet(ctx, cfg.Shards)
+	set, err := openShardSet(ctx, cfg.Shards, 2)
 	if err != nil {
 		return nil, err
 	}
@@ -100,31 +100,31 @@ type directBackend struct {
 	opts []weights.Option
 }
 
-func (b *directBackend) SetWeight(ctx context.Context, actor, queue, key string, w float64) (weights.WriteResult, error) {
+func (b *directBackend) SetWeight(ctx context.Context, actor, queue, key string, w float64) (api.WeightWriteResult, error) {
 	return weights.Set(ctx, b.set.Shards(), actor, queue, key, w, b.opts...)
 }
 
-func (b *directBackend) ClearWeight(ctx context.Context, actor, queue, key string) (weights.WriteResult, error) {
+func (b *directBackend) ClearWeight(ctx context.Context, actor, queue, key string) (api.WeightWriteResult, error) {
 	return weights.Clear(ctx, b.set.Shards(), actor, queue, key, b.opts...)
 }
 
-func (b *directBackend) GetWeights(ctx context.Context, queue string) (weights.ReadResult, error) {
+func (b *directBackend) GetWeights(ctx context.Context, queue string) (api.WeightReadResult, error) {
 	return weights.Get(ctx, b.set.Shards(), queue, b.opts...)
 }
 
-func (b *directBackend) Keys(ctx context.Context, queue string, limit int) (weights.KeysResult, error) {
+func (b *directBackend) Keys(ctx context.Context, queue string, limit int) (api.KeysResult, error) {
 	return weights.Keys(ctx, b.set.Shards(), queue, limit, b.opts...)
 }
 
-func (b *directBackend) SetQuota(ctx context.Context, actor, queue, quotaKey string, q weights.Quota) (weights.QuotaWriteResult, error) {
+func (b *directBackend) SetQuota(ctx context.Context, actor, queue, quotaKey string, q api.Quota) (api.QuotaWriteResult, error) {
 	return weights.SetQuota(ctx, b.set.Shards(), actor, queue, quotaKey, q, b.opts...)
 }
 
-func (b *directBackend) ClearQuota(ctx context.Context, actor, queue, quotaKey string) (weights.QuotaWriteResult, error) {
+func (b *directBackend) ClearQuota(ctx context.Context, actor, queue, quotaKey string) (api.QuotaWriteResult, error) {
 	return weights.ClearQuota(ctx, b.set.Shards(), actor, queue, quotaKey, b.opts...)
 }
 
-func (b *directBackend) GetQuota(ctx context.Context, queue, quotaKey string) (weights.QuotaReadResult, error) {
+func (b *directBackend) GetQuota(ctx context.Context, queue, quotaKey string) (api.QuotaReadResult, error) {
 	return weights.GetQuota(ctx, b.set.Shards(), queue, quotaKey, b.opts...)
 }
 
@@ -205,7 +205,7 @@ func fmtWeight(w *float64) string {
 	return fmtFloat(*w)
 }
 
-func printOutcomes(w io.Writer, shards []weights.ShardOutcome) {
+func printOutcomes(w io.Writer, shards []api.ShardOutcome) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SHARD\tOUTCOME\tMESSAGE")
 	for _, s := range shards {
@@ -319,7 +319,7 @@ func runWeights(ctx context.Context, e env, args []string) error {
 
 	switch sub {
 	case "set", "clear":
-		var res weights.WriteResult
+		var res api.WeightWriteResult
 		if sub == "set" {
 			res, err = b.SetWeight(ctx, actor, *af.queue, *key, *weight)
 		} else {
@@ -405,7 +405,7 @@ func ints(v []int) string {
 	return strings.Join(s, ", ")
 }
 
-func printWeights(w io.Writer, res weights.ReadResult) {
+func printWeights(w io.Writer, res api.WeightReadResult) {
 	fmt.Fprintf(w, "queue %q: %d overrides", res.Queue, len(res.Overrides))
 	if res.WeightsUniform {
 		fmt.Fprintln(w, ", the same on every shard that answered (other keys weigh 1)")
@@ -432,7 +432,7 @@ func printWeights(w io.Writer, res weights.ReadResult) {
 		tw.Flush()
 	}
 	for _, s := range res.Shards {
-		if s.Outcome != weights.OutcomeOK {
+		if s.Outcome != api.ShardOutcomeOK {
 			fmt.Fprintf(w, "shard %d: %s: %s\n", s.Shard, s.Outcome, s.Message)
 		}
 	}
@@ -441,12 +441,12 @@ func printWeights(w io.Writer, res weights.ReadResult) {
 	}
 }
 
-func printKeys(w io.Writer, res weights.KeysResult) {
+func printKeys(w io.Writer, res api.KeysResult) {
 	for i, s := range res.Shards {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		if s.Outcome != weights.OutcomeOK {
+		if s.Outcome != api.ShardOutcomeOK {
 			fmt.Fprintf(w, "shard %d: %s: %s\n", s.Shard, s.Outcome, s.Message)
 			continue
 		}
@@ -508,15 +508,15 @@ func loadGateway() (*client.Client, error) {
 // argument is not sent.
 type gatewayBackend struct{ c *client.Client }
 
-func (b gatewayBackend) SetWeight(ctx context.Context, _, queue, key string, w float64) (weights.WriteResult, error) {
+func (b gatewayBackend) SetWeight(ctx context.Context, _, queue, key string, w float64) (api.WeightWriteResult, error) {
 	return b.c.SetWeight(ctx, queue, key, w)
 }
 
-func (b gatewayBackend) ClearWeight(ctx context.Context, _, queue, key string) (weights.WriteResult, error) {
+func (b gatewayBackend) ClearWeight(ctx context.Context, _, queue, key string) (api.WeightWriteResult, error) {
 	return b.c.ClearWeight(ctx, queue, key)
 }
 
-func (b gatewayBackend) GetWeights(ctx context.Context, queue string) (weights.ReadResult, error) {
+func (b gatewayBackend) GetWeights(ctx context.Context, queue string) (api.WeightReadResult, error) {
 	return b.c.GetWeights(ctx, queue)
 }
 
@@ -541,19 +541,19 @@ func (b gatewayBackend) PauseQueue(ctx context.Context, _, queue string, paused 
 	return b.c.ResumeQueue(ctx, queue)
 }
 
-func (b gatewayBackend) Keys(ctx context.Context, queue string, limit int) (weights.KeysResult, error) {
+func (b gatewayBackend) Keys(ctx context.Context, queue string, limit int) (api.KeysResult, error) {
 	return b.c.Keys(ctx, queue, limit)
 }
 
-func (b gatewayBackend) SetQuota(ctx context.Context, _, queue, quotaKey string, q weights.Quota) (weights.QuotaWriteResult, error) {
+func (b gatewayBackend) SetQuota(ctx context.Context, _, queue, quotaKey string, q api.Quota) (api.QuotaWriteResult, error) {
 	return b.c.SetQuota(ctx, queue, quotaKey, q)
 }
 
-func (b gatewayBackend) ClearQuota(ctx context.Context, _, queue, quotaKey string) (weights.QuotaWriteResult, error) {
+func (b gatewayBackend) ClearQuota(ctx context.Context, _, queue, quotaKey string) (api.QuotaWriteResult, error) {
 	return b.c.ClearQuota(ctx, queue, quotaKey)
 }
 
-func (b gatewayBackend) GetQuota(ctx context.Context, queue, quotaKey string) (weights.QuotaReadResult, error) {
+func (b gatewayBackend) GetQuota(ctx context.Context, queue, quotaKey string) (api.QuotaReadResult, error) {
 	return b.c.GetQuota(ctx, queue, quotaKey)
 }
 

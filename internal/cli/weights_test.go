@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/internal/testsvc"
-	"github.com/harvest-run/harvest/pkg/weights"
+	"github.com/harvest-run/harvest/pkg/api"
 )
 
 const deadShard = "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=1"
@@ -38,14 +38,14 @@ func TestWeightsCommandExitCodes(t *testing.T) {
 
 	code, out, _ = run(t, partial, "weights", "set", "--queue", "shared", "--key", "tenant-7", "--weight", "2", "--json")
 	require.Equal(t, 3, code)
-	var wr weights.WriteResult
+	var wr api.WeightWriteResult
 	require.NoError(t, json.Unmarshal([]byte(out), &wr))
 	require.Equal(t, "ok", wr.Shards[0].Outcome)
 	require.Equal(t, "unavailable", wr.Shards[1].Outcome)
 
 	code, out, _ = run(t, both, "weights", "get", "--queue", "shared", "--json")
 	require.Equal(t, 0, code)
-	var rr weights.ReadResult
+	var rr api.WeightReadResult
 	require.NoError(t, json.Unmarshal([]byte(out), &rr))
 	require.False(t, rr.WeightsUniform, "shard 1 missed tenant-7")
 	code, out, _ = run(t, both, "weights", "get", "--queue", "shared")
@@ -61,7 +61,7 @@ func TestWeightsCommandExitCodes(t *testing.T) {
 	require.Equal(t, 0, code)
 	code, out, _ = run(t, both, "weights", "get", "--queue", "shared", "--json")
 	require.Equal(t, 0, code)
-	rr = weights.ReadResult{}
+	rr = api.WeightReadResult{}
 	require.NoError(t, json.Unmarshal([]byte(out), &rr))
 	require.True(t, rr.WeightsUniform)
 	require.Len(t, rr.Overrides, 2)
@@ -126,7 +126,7 @@ func TestQuotasCommand(t *testing.T) {
 	require.Equal(t, 0, code, "stdout=%s stderr=%s", out, errOut)
 	code, out, _ = run(t, both, "quotas", "get", "--queue", "jobs", "--json")
 	require.Equal(t, 0, code)
-	var qr weights.QuotaReadResult
+	var qr api.QuotaReadResult
 	require.NoError(t, json.Unmarshal([]byte(out), &qr))
 	require.True(t, qr.QuotasUniform)
 	require.Len(t, qr.Quotas, 1)
@@ -135,9 +135,9 @@ func TestQuotasCommand(t *testing.T) {
 
 	code, out, _ = run(t, partial, "quotas", "set", "--queue", "jobs", "--quota-key", "acme", "--max-concurrent", "4", "--json")
 	require.Equal(t, 3, code, out)
-	var wr weights.QuotaWriteResult
+	var wr api.QuotaWriteResult
 	require.NoError(t, json.Unmarshal([]byte(out), &wr))
-	require.Equal(t, []weights.ShardOutcome{wr.Shards[0], {Shard: 1, Outcome: "ok", Message: ""}}, wr.Shards)
+	require.Equal(t, []api.ShardOutcome{wr.Shards[0], {Shard: 1, Outcome: "ok", Message: ""}}, wr.Shards)
 	require.Equal(t, "unavailable", wr.Shards[0].Outcome)
 
 	code, out, _ = run(t, both, "quotas", "get", "--queue", "jobs", "--quota-key", "acme")

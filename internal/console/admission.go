@@ -43,7 +43,7 @@ type tenantRow struct {
 
 type queueRow struct {
 	Queue       string
-	Overrides   []weights.Override
+	Overrides   []api.WeightOverride
 	Uniform     bool
 	Unavailable []int
 }
@@ -115,17 +115,17 @@ func isNaNOrInf(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
 
 // algorithmNotes explain what the TFM does under each algorithm, with the
 // figures in force.
-func algorithmNotes(v api.AdmissionView, tfm float64) map[tenantcap.Algorithm]string {
+func algorithmNotes(v api.AdmissionView, tfm float64) map[api.Algorithm]string {
 	tenants := max(v.Tenants, 1)
-	static, _ := tenantcap.Limit(tenantcap.Config{Algorithm: tenantcap.Static, TFM: tfm}, v.MaxRuns, v.Tenants, v.RunningTotal)
-	dynamic, _ := tenantcap.Limit(tenantcap.Config{Algorithm: tenantcap.Dynamic, TFM: tfm}, v.MaxRuns, v.Tenants, v.RunningTotal)
+	static, _ := tenantcap.Limit(tenantcap.Config{Algorithm: api.AlgorithmStatic, TFM: tfm}, v.MaxRuns, v.Tenants, v.RunningTotal)
+	dynamic, _ := tenantcap.Limit(tenantcap.Config{Algorithm: api.AlgorithmDynamic, TFM: tfm}, v.MaxRuns, v.Tenants, v.RunningTotal)
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-	return map[tenantcap.Algorithm]string{
-		tenantcap.NoLimit: fmt.Sprintf("No-Limit: the TFM has no effect. A tenant may start runs until all %d Max Workflow Runs are in use. Suits one or two tenants.", v.MaxRuns),
-		tenantcap.Static: fmt.Sprintf("Static: each tenant may hold at most floor(Max Workflow Runs × TFM ÷ registered tenants) runs: floor(%d × %s ÷ %d) = %d now. "+
+	return map[api.Algorithm]string{
+		api.AlgorithmNoLimit: fmt.Sprintf("No-Limit: the TFM has no effect. A tenant may start runs until all %d Max Workflow Runs are in use. Suits one or two tenants.", v.MaxRuns),
+		api.AlgorithmStatic: fmt.Sprintf("Static: each tenant may hold at most floor(Max Workflow Runs × TFM ÷ registered tenants) runs: floor(%d × %s ÷ %d) = %d now. "+
 			"TFM 1 is an equal share; 3 to 4 lets a lone busy tenant use far more of the system, at the risk of crowding when several are busy.",
 			v.MaxRuns, f(tfm), tenants, static),
-		tenantcap.Dynamic: fmt.Sprintf("Dynamic: a tenant may start a run while it holds fewer than TFM × (Max Workflow Runs − runs in flight): %s × (%d − %d), a limit of %d now. "+
+		api.AlgorithmDynamic: fmt.Sprintf("Dynamic: a tenant may start a run while it holds fewer than TFM × (Max Workflow Runs − runs in flight): %s × (%d − %d), a limit of %d now. "+
 			"The limit shrinks as the system fills, so light users still get in while heavy users wait. Recommended TFM: 3.",
 			f(tfm), v.MaxRuns, v.RunningTotal, dynamic),
 	}
@@ -194,13 +194,13 @@ func (c *Console) overrideQueues(ctx context.Context) ([]queueRow, bool) {
 	names := map[string]bool{}
 	// A shard that does not answer is listed as unavailable under each
 	// queue (its queues cannot be known), and logged.
-	var missing []int
-	for _, a := range shards.Each(ctx, c.shards, nil, weights.DefaultShardTimeout,
+	answers := shards.Each(ctx, c.shards, nil, weights.DefaultShardTimeout,
 		func(ctx context.Context, _ int, pool *pgxpool.Pool) ([]string, error) {
 			return weights.Queues(ctx, pool, pageQueues+1)
-		}) {
+		})
+	missing := shards.Unavailable(answers)
+	for _, a := range answers {
 		if a.Err != nil {
-			missing = append(missing, a.Shard)
 			c.log.Warn("admin page: list the queues with overrides", "shard", a.Shard, "err", a.Err)
 			continue
 		}

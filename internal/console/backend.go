@@ -5,7 +5,6 @@ import (
 
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/pkg/api"
-	"github.com/harvest-run/harvest/pkg/weights"
 )
 
 // Backend is what the pages ask of the gateway that serves them: the
@@ -65,5 +64,5 @@ type Backend interface {
 // AuditEntry is an audit row and the shard it lives on.
 type AuditEntry struct {
 	Shard int
-	weights.AuditEntry
+	api.AuditEntry
 }

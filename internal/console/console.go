@@ -5,7 +5,6 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -33,27 +32,17 @@ var (
 const shardTimeout = 5 * time.Second
 
 // fanOut runs fn on every shard at once (internal/shards.Each, the
-// module's one fan-out) and splits the answers into those of the shards
-// that answered and the indexes of those that did not. When the caller's
-// own context ended, no shard's failure is the shard's fault: that is
-// returned as the error instead.
+// module's one fan-out) and returns the answers of the shards that
+// answered and the unavailable_shards list (shards.Unavailable). When the
+// caller's own context ended, no shard's failure is the shard's fault:
+// that is returned as the error instead.
 func fanOut[T any](ctx context.Context, dbs []*pgxpool.Pool,
 	fn func(ctx context.Context, shard int, db *pgxpool.Pool) (T, error)) ([]shards.Answer[T], []int, error) {
 	answers := shards.Each(ctx, dbs, nil, shardTimeout, fn)
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
-	var ok []shards.Answer[T]
-	var down []int
-	for _, a := range answers {
-		if a.Err != nil {
-			down = append(down, a.Shard)
-			continue
-		}
-		ok = append(ok, a)
-	}
-	slices.Sort(down)
-	return ok, down, nil
+	return shards.Answered(answers), shards.Unavailable(answers), nil
 }
 
 // Paging limits of ListRuns.

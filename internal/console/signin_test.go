@@ -13,7 +13,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/console"
 	"github.com/harvest-run/harvest/internal/gateway"
-	"github.com/harvest-run/harvest/pkg/tenantcap"
+	"github.com/harvest-run/harvest/pkg/api"
 )
 
 // The /admin page: sign-in with CSRF, refusal of a token without
@@ -72,7 +72,7 @@ func TestAdminPageSessions(t *testing.T) {
 	status, _, page = tb.post("/admin/admission", url.Values{"algorithm": {"dynamic"}, "tfm": {"3"}, "csrf": {csrfOf(t, page)}})
 	require.Equal(t, 403, status)
 	require.NotContains(t, page, "Max Workflow Runs")
-	require.Equal(t, tenantcap.NoLimit, b.admission(t).Algorithm)
+	require.Equal(t, api.AlgorithmNoLimit, b.admission(t).Algorithm)
 	status, _, page = br.post("/admin/login", url.Values{"token": {"nope"}, "csrf": {login}})
 	require.Equal(t, 401, status)
 	require.Contains(t, page, "Unknown token")
@@ -105,7 +105,7 @@ func TestAdminPageSessions(t *testing.T) {
 	// Saving with a wrong CSRF token changes nothing.
 	status, _, _ = br.post("/admin/admission", url.Values{"algorithm": {"dynamic"}, "tfm": {"3"}, "csrf": {"wrong"}})
 	require.Equal(t, 403, status)
-	require.Equal(t, tenantcap.NoLimit, b.admission(t).Algorithm)
+	require.Equal(t, api.AlgorithmNoLimit, b.admission(t).Algorithm)
 
 	// A bad TFM is refused (400) with the typed values kept.
 	status, _, page = br.post("/admin/admission", url.Values{"algorithm": {"dynamic"}, "tfm": {"-2"}, "csrf": {csrf}})
@@ -121,7 +121,7 @@ func TestAdminPageSessions(t *testing.T) {
 	require.Contains(t, page, "Saved: algorithm Dynamic, TFM 3")
 	require.Contains(t, page, `<option value="dynamic" selected>Dynamic</option>`)
 	view := b.admission(t)
-	require.Equal(t, tenantcap.Dynamic, view.Algorithm)
+	require.Equal(t, api.AlgorithmDynamic, view.Algorithm)
 	require.Equal(t, 3.0, view.TFM)
 	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM audit WHERE action = 'admission.set' AND actor = 'root' AND outcome = 'ok'`))
 	require.Equal(t, 1, b.count(t, 0, `SELECT count(*) FROM audit WHERE action = 'admission.set' AND actor = 'root' AND outcome = 'refused'`))
@@ -139,7 +139,7 @@ func TestAdminPageSessions(t *testing.T) {
 	status, _, page = br.post("/admin/admission", url.Values{"algorithm": {"static"}, "tfm": {"1"}, "csrf": {csrf}})
 	require.Equal(t, 401, status)
 	require.Contains(t, page, `action="/admin/login"`)
-	require.Equal(t, tenantcap.Dynamic, b.admission(t).Algorithm)
+	require.Equal(t, api.AlgorithmDynamic, b.admission(t).Algorithm)
 
 	// Sign in again (ops-ro: config:read, no config:write), then sign out.
 	login = csrfOf(t, page)

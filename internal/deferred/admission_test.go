@@ -135,7 +135,7 @@ type recordingAdmitter struct {
 	admitted map[string]bool
 }
 
-func (r *recordingAdmitter) Admit(ctx context.Context, a runstore.Admission) error {
+func (r *recordingAdmitter) Admit(ctx context.Context, a tenantcap.Admission) error {
 	if err := (limitAdmitter{limit: r.limit}).Admit(ctx, a); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/dberr"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/pkg/api"
 )
@@ -70,7 +71,7 @@ func cancelRun(ctx context.Context, db DB, tenant, runID string, shard int, reas
 		}
 		res, waited, err := cancelWaiting(ctx, db, tenant, runID, shard, reason)
 		switch {
-		case err != nil && retryable(err) && attempt < maxTxAttempts:
+		case err != nil && dberr.Retryable(err) && attempt < maxTxAttempts:
 			continue
 		case err != nil:
 			return runstore.CancelResult{}, err

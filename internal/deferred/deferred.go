@@ -10,12 +10,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/harvest-run/harvest/internal/dberr"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 //go:embed sql/*.sql
@@ -64,7 +65,12 @@ const (
 )
 
 // maxTxAttempts bounds the retries of Start when the database broke its
-// transaction on purpose (deadlock, serialization failure).
+// transaction on purpose (deadlock, serialization failure) or a server
+// that stopped being the primary refused it whole (dberr.Retryable: the
+// pool has dropped that connection, so the next attempt reaches the new
+// primary or fails to connect and is answered 503). Unlike the group
+// commit of ordinary starts (internal/runstore, dberr.Conflict only), a
+// deferred start holds no one else's start while it tries again.
 const maxTxAttempts = 4
 
 // Bounds of a debounce window, so that a steady stream of starts of one
@@ -100,7 +106,7 @@ type Params struct {
 	Now time.Time
 	// Admitter, when set, decides every start that is not a replay (see
 	// Accept); nil admits everything.
-	Admitter runstore.Admitter
+	Admitter tenantcap.Hook
 	// DebounceMaxStarts is how many starts a debounce window takes before
 	// the start that reaches it fires the window;
 	// DefaultDebounceMaxStarts when zero (the gateway leaves it zero).
@@ -207,11 +213,11 @@ func Accept(ctx context.Context, tx pgx.Tx, p Params) (Result, error) {
 
 // Start is Accept in a transaction of its own, committed before it
 // returns; a transaction the database broke on purpose (deadlock,
-// serialization failure) is tried again.
+// serialization failure) or a read-only server refused is tried again.
 func Start(ctx context.Context, db runstore.Beginner, p Params) (Result, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := startOnce(ctx, db, p)
-		if err == nil || !retryable(err) || attempt == maxTxAttempts {
+		if err == nil || !dberr.Retryable(err) || attempt == maxTxAttempts {
 			return res, err
 		}
 	}
@@ -284,7 +290,7 @@ func (a *acceptor) admit(ctx context.Context, running int, waiting bool) error {
 			return fmt.Errorf("deferred: count runs not due yet: %w", err)
 		}
 	}
-	return a.p.Admitter.Admit(ctx, runstore.Admission{
+	return a.p.Admitter.Admit(ctx, tenantcap.Admission{
 		Shard: a.p.Shard, Tenant: a.p.Tenant, Running: running, ShardRunning: int(total),
 		ShardLease: int(lease), Scheduled: int(notDue), Req: &a.p.Req,
 	})
@@ -306,7 +312,7 @@ func (a *acceptor) admitJoin(ctx context.Context) error {
 	if err := a.tx.QueryRow(ctx, sqlTenantRunningRead, a.p.Tenant).Scan(&own, &total, &lease); err != nil {
 		return fmt.Errorf("deferred: read running counts: %w", err)
 	}
-	return a.p.Admitter.Admit(ctx, runstore.Admission{
+	return a.p.Admitter.Admit(ctx, tenantcap.Admission{
 		Shard: a.p.Shard, Tenant: a.p.Tenant, Running: int(own) + 1, ShardRunning: int(total) + 1,
 		ShardLease: int(lease), Req: &a.p.Req,
 	})
@@ -715,13 +721,4 @@ func nextSlot(seq []time.Time, limit int, period time.Duration, now time.Time) t
 		return now
 	}
 	return t
-}
-
-// retryable reports a transaction the database broke on purpose, or one
-// refused whole by a server that stopped being the primary (25006: the
-// pool closed that connection, so the next attempt connects afresh and
-// reaches the new primary, or fails to connect and is not retried).
-func retryable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "25006")
 }

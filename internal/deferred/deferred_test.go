@@ -15,6 +15,7 @@ import (
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 func TestMain(m *testing.M) { testsvc.Main(m) }
@@ -48,7 +49,7 @@ type startOpts struct {
 	Debounce string        // the raw debounce object
 	Batch    string        // the raw batch object
 	At       time.Duration // after t0
-	Admitter runstore.Admitter
+	Admitter tenantcap.Hook
 	DB       deferred.DB // b.db
 	// MaxStarts is Params.DebounceMaxStarts (the default when zero).
 	MaxStarts int
@@ -460,7 +461,7 @@ func TestCancelledWhileWaiting(t *testing.T) {
 // limitAdmitter admits a tenant up to limit unfinished runs.
 type limitAdmitter struct{ limit int }
 
-func (l limitAdmitter) Admit(_ context.Context, a runstore.Admission) error {
+func (l limitAdmitter) Admit(_ context.Context, a tenantcap.Admission) error {
 	if a.Running > l.limit {
 		e := api.NewError(api.CodeOverLimit, "over the limit of %d", l.limit)
 		e.RetryAfterMS = 1000

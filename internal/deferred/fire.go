@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/dberr"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
@@ -244,7 +245,7 @@ func inTx(ctx context.Context, db runstore.Beginner, rep *FireReport, fn func(pg
 		err = tx.Commit(ctx)
 	}
 	if err != nil {
-		if retryable(err) {
+		if dberr.Retryable(err) {
 			rep.Busy++
 			return nil
 		}

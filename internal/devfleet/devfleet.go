@@ -22,15 +22,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/dberr"
 	"github.com/harvest-run/harvest/internal/gateway"
 	"github.com/harvest-run/harvest/internal/natsauth"
 	"github.com/harvest-run/harvest/internal/natsconn"
@@ -295,7 +294,7 @@ func Run(ctx context.Context, o Options, ready func(*Fleet)) (err error) {
 	f := &Fleet{MaxRuns: o.MaxRuns, Queues: maps.Clone(o.Queues)}
 	adminURL := o.DatabaseURL
 	if perr := probe(setupCtx, adminURL); perr != nil {
-		if !unreachable(perr) {
+		if !dberr.Unreachable(perr) {
 			return fmt.Errorf("dev: the PostgreSQL server at %s refused the connection: %w (fix HARVEST_DATABASE_URL or the server)",
 				redact(adminURL), perr)
 		}
@@ -669,23 +668,6 @@ func probe(ctx context.Context, adminURL string) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	return conn.Ping(ctx)
-}
-
-// unreachable tells "nobody listens there" from "a server said no".
-func unreachable(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return false
-	}
-	for _, errno := range []syscall.Errno{syscall.ECONNREFUSED, syscall.ENOENT, syscall.EHOSTUNREACH,
-		syscall.ENETUNREACH, syscall.EADDRNOTAVAIL, syscall.ECONNRESET} {
-		if errors.Is(err, errno) {
-			return true
-		}
-	}
-	var netErr net.Error
-	return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) ||
-		(errors.As(err, &netErr) && netErr.Timeout())
 }
 
 func adminExec(ctx context.Context, adminURL, sql string) error {

@@ -68,7 +68,7 @@ func (g *Gateway) setQueuePaused(ctx context.Context, actor, queue string, pause
 		if paused {
 			what = "pause queue"
 		}
-		return api.QueuePauseResult{}, g.asAPIError(err, what)
+		return api.QueuePauseResult{}, g.apiError(err, 0, what)
 	}
 	return res, nil
 }

@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"reflect"
@@ -210,17 +209,6 @@ func ownKey(w http.ResponseWriter, p auth.Principal, what, key string) bool {
 	return false
 }
 
-// asAPIError turns an error of pkg/weights or pkg/tenantcap into the
-// caller's error: its own *api.Error (400 naming the field), else the
-// gateway's mapping.
-func (g *Gateway) asAPIError(err error, what string) *api.Error {
-	var ae *api.Error
-	if errors.As(err, &ae) {
-		return ae
-	}
-	return g.apiError(err, 0, what)
-}
-
 // knownQuery refuses query parameters other than names (400 naming it).
 func knownQuery(w http.ResponseWriter, r *http.Request, names ...string) bool {
 	keys := make([]string, 0, len(r.URL.Query()))
@@ -318,7 +306,7 @@ func (g *Gateway) httpGetWeights(w http.ResponseWriter, r *http.Request, p auth.
 	}
 	res, err := weights.Get(r.Context(), g.weightShards(), r.PathValue("queue"), g.readOpts(p)...)
 	if err != nil {
-		writeError(w, g.asAPIError(err, "get weights"))
+		writeError(w, g.apiError(err, 0, "get weights"))
 		return
 	}
 	writeJSON(w, res.Status(), res)
@@ -328,19 +316,19 @@ func (g *Gateway) httpSetWeight(w http.ResponseWriter, r *http.Request, p auth.P
 	if !knownQuery(w, r) || !ownKey(w, p, "weight", r.PathValue("key")) {
 		return
 	}
-	body, e := g.readObject(w, r, reflect.TypeFor[weights.WeightBody]())
+	body, e := g.readObject(w, r, reflect.TypeFor[api.WeightBody]())
 	if e != nil {
 		writeError(w, e)
 		return
 	}
 	weight, err := weights.DecodeWeightBody(bytes.NewReader(body))
 	if err != nil {
-		writeError(w, g.asAPIError(err, "set weight"))
+		writeError(w, g.apiError(err, 0, "set weight"))
 		return
 	}
 	res, err := weights.Set(r.Context(), g.weightShards(), p.Name, r.PathValue("queue"), r.PathValue("key"), weight, g.weightOpts()...)
 	if err != nil {
-		writeError(w, g.asAPIError(err, "set weight"))
+		writeError(w, g.apiError(err, 0, "set weight"))
 		return
 	}
 	g.writeResult(w, res.Status(), res, res.PublishErr)
@@ -352,7 +340,7 @@ func (g *Gateway) httpClearWeight(w http.ResponseWriter, r *http.Request, p auth
 	}
 	res, err := weights.Clear(r.Context(), g.weightShards(), p.Name, r.PathValue("queue"), r.PathValue("key"), g.weightOpts()...)
 	if err != nil {
-		writeError(w, g.asAPIError(err, "clear weight"))
+		writeError(w, g.apiError(err, 0, "clear weight"))
 		return
 	}
 	g.writeResult(w, res.Status(), res, res.PublishErr)
@@ -364,7 +352,7 @@ func (g *Gateway) httpGetQuota(w http.ResponseWriter, r *http.Request, p auth.Pr
 	}
 	res, err := weights.GetQuota(r.Context(), g.weightShards(), r.PathValue("queue"), r.PathValue("quota_key"), g.readOpts(p)...)
 	if err != nil {
-		writeError(w, g.asAPIError(err, "get quota"))
+		writeError(w, g.apiError(err, 0, "get quota"))
 		return
 	}
 	writeJSON(w, res.Status(), res)
@@ -374,19 +362,19 @@ func (g *Gateway) httpSetQuota(w http.ResponseWriter, r *http.Request, p auth.Pr
 	if !knownQuery(w, r) || !ownKey(w, p, "quota", r.PathValue("quota_key")) {
 		return
 	}
-	body, e := g.readObject(w, r, reflect.TypeFor[weights.Quota]())
+	body, e := g.readObject(w, r, reflect.TypeFor[api.Quota]())
 	if e != nil {
 		writeError(w, e)
 		return
 	}
 	q, err := weights.DecodeQuotaBody(bytes.NewReader(body))
 	if err != nil {
-		writeError(w, g.asAPIError(err, "set quota"))
+		writeError(w, g.apiError(err, 0, "set quota"))
 		return
 	}
 	res, err := weights.SetQuota(r.Context(), g.weightShards(), p.Name, r.PathValue("queue"), r.PathValue("quota_key"), q, g.weightOpts()...)
 	if err != nil {
-		writeError(w, g.asAPIError(err, "set quota"))
+		writeError(w, g.apiError(err, 0, "set quota"))
 		return
 	}
 	g.writeResult(w, res.Status(), res, res.PublishErr)
@@ -398,7 +386,7 @@ func (g *Gateway) httpClearQuota(w http.ResponseWriter, r *http.Request, p auth.
 	}
 	res, err := weights.ClearQuota(r.Context(), g.weightShards(), p.Name, r.PathValue("queue"), r.PathValue("quota_key"), g.weightOpts()...)
 	if err != nil {
-		writeError(w, g.asAPIError(err, "clear quota"))
+		writeError(w, g.apiError(err, 0, "clear quota"))
 		return
 	}
 	g.writeResult(w, res.Status(), res, res.PublishErr)
@@ -415,7 +403,7 @@ func (g *Gateway) httpKeys(w http.ResponseWriter, r *http.Request, p auth.Princi
 	}
 	res, err := weights.Keys(r.Context(), g.weightShards(), r.PathValue("queue"), limit, g.readOpts(p)...)
 	if err != nil {
-		writeError(w, g.asAPIError(err, "keys"))
+		writeError(w, g.apiError(err, 0, "keys"))
 		return
 	}
 	if p.Tenant != "" {

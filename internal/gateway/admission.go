@@ -11,14 +11,14 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
-// admission is the gateway's part of tenant admission (pkg/tenantcap): the
-// cached shard totals, the configuration watcher and the Admitter that the
-// committers call inside every start transaction.
+// admission is the gateway's wiring of tenant admission: the cached shard
+// totals, the configuration watcher, the capacity leases and the Admitter
+// that the committers call inside every start transaction, all of them
+// pkg/tenantcap's (which decides; its doc says where each part lives).
 type admission struct {
 	adm     *tenantcap.Admitter
 	watcher *tenantcap.Watcher
@@ -146,7 +146,7 @@ func (a *admission) close() {
 	}
 }
 
-// Rule implements runstore.Ruler: the rule the committers' statements
+// Rule implements tenantcap.Ruler: the rule the committers' statements
 // judge new runs by. Before the configuration is loaded there is none, and
 // every new run is refused with 503 (a replay is still answered).
 func (h admitHook) Rule(shard int) (tenantcap.Rule, error) {
@@ -156,13 +156,13 @@ func (h admitHook) Rule(shard int) (tenantcap.Rule, error) {
 	return h.a.adm.Rule(shard)
 }
 
-// Acquire implements runstore.Ruler: capacity for starts the shard's lease
+// Acquire implements tenantcap.Ruler: capacity for starts the shard's lease
 // could not cover.
 func (h admitHook) Acquire(ctx context.Context, shard, need int) (int, error) {
 	return h.a.adm.Acquire(ctx, shard, need)
 }
 
-// Decided implements runstore.Ruler: it counts a group's decisions by
+// Decided implements tenantcap.Ruler: it counts a group's decisions by
 // outcome.
 func (h admitHook) Decided(admitted int, refused []tenantcap.Decision) {
 	ctx := context.Background()
@@ -190,15 +190,15 @@ func errNotLoaded() *api.Error {
 	return api.NewError(api.CodeUnavailable, "admission: the configuration could not be read from shard 0 yet; try again shortly")
 }
 
-// admitHook is the runstore.Admitter the committers call: tenantcap's
-// rule (a runstore.Ruler, applied by each group's statement) and its
+// admitHook is the tenantcap.Hook the committers call: tenantcap's
+// rule (a tenantcap.Ruler, applied by each group's statement) and its
 // decision for single starts, plus the decision counter. It carries no
 // tenant label: the number of tenants is unbounded.
 type admitHook struct{ a *admission }
 
-// Admit implements runstore.Admitter for the starts written one at a time
+// Admit implements tenantcap.Hook for the starts written one at a time
 // (deferred starts, retries); the committers' groups use Rule.
-func (h admitHook) Admit(ctx context.Context, in runstore.Admission) error {
+func (h admitHook) Admit(ctx context.Context, in tenantcap.Admission) error {
 	count := func(outcome string) { h.a.decisions.Add(ctx, 1, h.a.outcome(outcome)) }
 	if !h.a.loaded.Load() {
 		count(admitNotLoaded)
@@ -253,7 +253,7 @@ func (g *Gateway) putAdmission(ctx context.Context, actor string, body []byte) (
 
 // admissionView builds the GET /v1/admission body (fresh counts from every
 // shard).
-func (g *Gateway) admissionView(ctx context.Context) (tenantcap.AdmissionView, *api.Error) {
+func (g *Gateway) admissionView(ctx context.Context) (api.AdmissionView, *api.Error) {
 	dbs := make([]tenantcap.DB, len(g.shards))
 	for i, p := range g.shards {
 		dbs[i] = p
@@ -265,4 +265,4 @@ func (g *Gateway) admissionView(ctx context.Context) (tenantcap.AdmissionView, *
 	return v, nil
 }
 
-var _ runstore.Ruler = admitHook{}
+var _ tenantcap.Ruler = admitHook{}

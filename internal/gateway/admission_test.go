@@ -23,7 +23,6 @@ import (
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
-	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // eightTenants is the spec's setting: 8 registered tenants (tenantOn[0]
@@ -62,11 +61,11 @@ func fillRuns(t *testing.T, b *bundle, tenant string, n int) {
 }
 
 // putAdmission sends PUT /v1/admission as root and returns the view.
-func putAdmission(t *testing.T, b *bundle, body string) tenantcap.AdmissionView {
+func putAdmission(t *testing.T, b *bundle, body string) api.AdmissionView {
 	t.Helper()
 	status, out := b.call(t, "PUT", "/v1/admission", secretRoot, body)
 	require.Equal(t, 200, status, string(out))
-	return decode[tenantcap.AdmissionView](t, out)
+	return decode[api.AdmissionView](t, out)
 }
 
 // fresh waits until the gateway's cached totals hold total runs.
@@ -89,7 +88,7 @@ func TestAdmissionStaticExample(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{Tokens: eightTenants(t)})
 	v := putAdmission(t, b, `{"algorithm": "static", "tfm": 1}`)
-	require.Equal(t, tenantcap.Static, v.Algorithm)
+	require.Equal(t, api.AlgorithmStatic, v.Algorithm)
 	require.Equal(t, 128, v.MaxRuns)
 	require.True(t, v.MaxRunsReadOnly)
 	require.Equal(t, 8, v.Tenants)
@@ -156,7 +155,7 @@ func TestAdmissionStaticExample(t *testing.T) {
 	require.Equal(t, tenantOn[0], u.Tenant)
 	require.Equal(t, 16, u.Running)
 	require.Equal(t, 16, *u.Limit)
-	require.Equal(t, tenantcap.Static, u.Algorithm)
+	require.Equal(t, api.AlgorithmStatic, u.Algorithm)
 	_, err = b.client(t, secretB).Start(b.ctx, "echo", "shared", nil, client.StartOptions{})
 	require.NoError(t, err)
 
@@ -264,14 +263,14 @@ func TestAdmissionDynamicExamples(t *testing.T) {
 	fillRuns(t, a, light, 1)
 	fillRuns(t, a, filler, 2)
 	v := putAdmission(t, a, `{"algorithm": "dynamic", "tfm": 3}`)
-	require.Equal(t, tenantcap.Dynamic, v.Algorithm)
+	require.Equal(t, api.AlgorithmDynamic, v.Algorithm)
 	require.Equal(t, 32, v.RunningTotal)
 	// TFM × (max_runs − in flight) = 3 × 96. (The spec writes 384 for this
 	// example; its own formula gives 288. Either way both tenants get in.)
 	require.Equal(t, 288, *v.Limit)
 	fresh(t, a, 32)
 	fresh(t, b, 32)
-	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.Dynamic }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == api.AlgorithmDynamic }, 30*time.Second, 5*time.Millisecond)
 	hs, err := b.client(t, secretA).Start(b.ctx, "echo", "shared", nil, client.StartOptions{ID: "heavy-32"})
 	require.NoError(t, err, "29 < 288")
 	ls, err := a.client(t, secretB).Start(a.ctx, "echo", "shared", nil, client.StartOptions{ID: "light-32"})
@@ -284,10 +283,10 @@ func TestAdmissionDynamicExamples(t *testing.T) {
 	// The filler tenant would be refused under dynamic itself: fill under
 	// no_limit, then switch back.
 	putAdmission(t, a, `{"algorithm": "no_limit"}`)
-	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.NoLimit }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == api.AlgorithmNoLimit }, 30*time.Second, 5*time.Millisecond)
 	fillRuns(t, a, filler, 88)
 	putAdmission(t, a, `{"algorithm": "dynamic"}`)
-	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.Dynamic }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == api.AlgorithmDynamic }, 30*time.Second, 5*time.Millisecond)
 	fresh(t, a, 120)
 	fresh(t, b, 120)
 	for _, g := range []*bundle{a, b} {
@@ -316,7 +315,7 @@ func TestAdmissionExactPerTenantRace(t *testing.T) {
 	a := setup(t, setupOpts{Tokens: tokens})
 	b := setup(t, setupOpts{Tokens: tokens, Shards: a.urls, NATSURL: a.natsURL})
 	putAdmission(t, a, `{"algorithm": "static", "tfm": 1}`)
-	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.Static }, 30*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == api.AlgorithmStatic }, 30*time.Second, 5*time.Millisecond)
 	fillRuns(t, a, tenantOn[0], 10)
 
 	clients := []*client.Client{a.client(t, secretA), b.client(t, secretA), a.natsClient(t, tenantOn[0]), b.natsClient(t, tenantOn[0])}
@@ -365,7 +364,7 @@ func TestAdmissionChangePropagates(t *testing.T) {
 	v := putAdmission(t, a, `{"algorithm": "static", "tfm": 0.125}`)
 	require.Equal(t, 2, *v.Limit, "floor(128 × 0.125 / 8)")
 	require.Equal(t, "root", v.UpdatedBy)
-	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == tenantcap.Static }, 30*time.Second, 2*time.Millisecond, "announced over NATS")
+	require.Eventually(t, func() bool { return b.gw.adm.watcher.Config().Algorithm == api.AlgorithmStatic }, 30*time.Second, 2*time.Millisecond, "announced over NATS")
 	status, out = b.call(t, "POST", "/v1/runs", secretA, startBody(`"id": "after"`))
 	require.Equal(t, 429, status, string(out))
 	require.Contains(t, apiErr(t, out).Message, "static (tfm 0.125)")
@@ -374,8 +373,8 @@ func TestAdmissionChangePropagates(t *testing.T) {
 	c := setup(t, setupOpts{Tokens: tokens, Shards: a.urls, NATSURL: a.natsURL})
 	status, out = c.call(t, "GET", "/v1/admission", secretAdmin, nil)
 	require.Equal(t, 200, status, string(out))
-	cv := decode[tenantcap.AdmissionView](t, out)
-	require.Equal(t, tenantcap.Static, cv.Algorithm)
+	cv := decode[api.AdmissionView](t, out)
+	require.Equal(t, api.AlgorithmStatic, cv.Algorithm)
 	require.Equal(t, 0.125, cv.TFM)
 	require.Equal(t, 4, cv.Running[tenantOn[0]])
 	require.Equal(t, 8, len(cv.Running), "every registered tenant is listed")
@@ -420,8 +419,8 @@ func TestAdmissionRoutesPrivileges(t *testing.T) {
 	}
 	status, out := b.call(t, "GET", "/v1/admission", secretAdmin, nil)
 	require.Equal(t, 200, status, string(out))
-	v := decode[tenantcap.AdmissionView](t, out)
-	require.Equal(t, tenantcap.NoLimit, v.Algorithm, "the default")
+	v := decode[api.AdmissionView](t, out)
+	require.Equal(t, api.AlgorithmNoLimit, v.Algorithm, "the default")
 	require.Equal(t, 1.0, v.TFM)
 	require.Nil(t, v.Limit)
 	require.Equal(t, 2, v.Tenants)
@@ -548,7 +547,7 @@ func TestAdmissionSystemLimitExactAcrossShards(t *testing.T) {
 			if algo == "dynamic" {
 				putAdmission(t, a, `{"algorithm": "dynamic", "tfm": 3}`)
 				for _, g := range gws {
-					require.Eventually(t, func() bool { return g.gw.adm.watcher.Config().Algorithm == tenantcap.Dynamic },
+					require.Eventually(t, func() bool { return g.gw.adm.watcher.Config().Algorithm == api.AlgorithmDynamic },
 						30*time.Second, 5*time.Millisecond)
 				}
 			}

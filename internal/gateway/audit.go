@@ -16,7 +16,7 @@ import (
 // they touch; admission changes on shard 0 only.
 type AuditEntry struct {
 	Shard int `json:"shard"`
-	weights.AuditEntry
+	api.AuditEntry
 }
 
 // AuditPage is the body of GET /v1/audit.
@@ -92,7 +92,7 @@ func (g *Gateway) auditPage(ctx context.Context, cursor string, limit, only int)
 			}
 		}
 	}
-	pages := make([]weights.AuditPage, n)
+	pages := make([]api.AuditPage, n)
 	errs := make([]error, n)
 	var ask []int
 	for i := range n {
@@ -100,29 +100,22 @@ func (g *Gateway) auditPage(ctx context.Context, cursor string, limit, only int)
 			ask = append(ask, i)
 		}
 	}
-	for _, a := range shards.Each(ctx, ask, func(_, i int) int { return i }, 0,
-		func(ctx context.Context, i, _ int) (weights.AuditPage, error) {
+	answers := shards.Each(ctx, ask, func(_, i int) int { return i }, 0,
+		func(ctx context.Context, i, _ int) (api.AuditPage, error) {
 			c := ""
 			if pos[i] != auditFromTop {
 				c = strconv.FormatInt(pos[i], 10)
 			}
 			return weights.AuditList(ctx, g.shards[i], c, limit)
-		}) {
+		})
+	for _, a := range answers {
 		pages[a.Shard], errs[a.Shard] = a.Value, a.Err
-	}
-	out := AuditPage{Entries: []AuditEntry{}, UnavailableShards: []int{}}
-	asked := 0
-	for i := range n {
-		if pos[i] == auditDone {
-			continue
-		}
-		asked++
-		if errs[i] != nil {
-			out.UnavailableShards = append(out.UnavailableShards, i)
-			g.log.Warn("gateway: audit read", "shard", i, "err", errs[i])
+		if a.Err != nil {
+			g.log.Warn("gateway: audit read", "shard", a.Shard, "err", a.Err)
 		}
 	}
-	if asked > 0 && len(out.UnavailableShards) == asked {
+	out := AuditPage{Entries: []AuditEntry{}, UnavailableShards: shards.Unavailable(answers)}
+	if len(ask) > 0 && len(out.UnavailableShards) == len(ask) {
 		return AuditPage{}, api.NewError(api.CodeUnavailable, "no shard answered; try again later")
 	}
 	head := make([]int, n)
@@ -164,4 +157,4 @@ func (g *Gateway) auditPage(ctx context.Context, cursor string, limit, only int)
 
 // newer orders rows across shards: later time first; ties by shard are
 // broken by the caller's scan order (lower shard first).
-func newer(a, b weights.AuditEntry) bool { return a.At.After(b.At.Time) }
+func newer(a, b api.AuditEntry) bool { return a.At.After(b.At.Time) }

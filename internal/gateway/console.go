@@ -52,7 +52,7 @@ func (b consoleBackend) Admission(ctx context.Context) (api.AdmissionView, *api.
 	if e != nil {
 		// The configuration in force on this gateway, without counts.
 		cur := b.g.adm.watcher.Current()
-		view = tenantcap.AdmissionView{Algorithm: cur.Algorithm, TFM: cur.TFM, MaxRuns: b.g.adm.adm.MaxRuns(), MaxRunsReadOnly: true}
+		view = api.AdmissionView{Algorithm: cur.Algorithm, TFM: cur.TFM, MaxRuns: b.g.adm.adm.MaxRuns(), MaxRunsReadOnly: true}
 	}
 	return view, e
 }

@@ -20,10 +20,17 @@
 //
 // Every new run passes tenant admission inside its start transaction
 // (pkg/tenantcap: the read-only system limit HARVEST_MAX_RUNS and the
-// algorithm and TFM stored on shard 0, watched over NATS). Operators manage
-// weight overrides, quotas, admission and the audit log through the routes
-// of admin_routes.go, or in a browser at /admin: the console
-// (internal/console), which the gateway mounts and serves (console.go).
+// algorithm and TFM stored on shard 0, watched over NATS). Every rule of
+// admission is in pkg/tenantcap, whose doc says where each part lives; the
+// gateway's admission.go only wires it in: it builds and runs tenantcap's
+// Admitter, totals, leases and watcher, refuses new runs with 503 until the
+// configuration is loaded, counts the decisions and serves the admission
+// routes.
+//
+// Operators manage weight overrides, quotas, admission and the audit log
+// through the routes of admin_routes.go, or in a browser at /admin: the
+// console (internal/console), which the gateway mounts and serves
+// (console.go).
 //
 // Over HTTP the caller is known by its bearer token (internal/auth); over
 // NATS the tenant is the last token of the subject and the NATS server's

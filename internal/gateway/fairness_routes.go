@@ -49,7 +49,7 @@ func (g *Gateway) httpGetFairness(w http.ResponseWriter, r *http.Request, p auth
 	}
 	res, err := weights.Fairness(r.Context(), g.weightShards(), r.PathValue("queue"), g.readOpts(p)...)
 	if err != nil {
-		writeError(w, g.asAPIError(err, "get queue fairness"))
+		writeError(w, g.apiError(err, 0, "get queue fairness"))
 		return
 	}
 	writeJSON(w, res.Status(), res)
@@ -66,12 +66,12 @@ func (g *Gateway) httpSetFairness(w http.ResponseWriter, r *http.Request, p auth
 	}
 	var req api.QueueFairnessRequest
 	if err := weights.DecodeStrict(bytes.NewReader(body), &req); err != nil {
-		writeError(w, g.asAPIError(err, "set queue fairness"))
+		writeError(w, g.apiError(err, 0, "set queue fairness"))
 		return
 	}
 	res, err := weights.SetFairness(r.Context(), g.weightShards(), p.Name, r.PathValue("queue"), req, g.weightOpts()...)
 	if err != nil {
-		writeError(w, g.asAPIError(err, "set queue fairness"))
+		writeError(w, g.apiError(err, 0, "set queue fairness"))
 		return
 	}
 	if n := len(res.UnavailableShards); n > 0 {
@@ -89,21 +89,21 @@ func (g *Gateway) httpSetGroupWeight(set bool) principalHandler {
 		}
 		var weight *float64
 		if set {
-			body, e := g.readObject(w, r, reflect.TypeFor[weights.WeightBody]())
+			body, e := g.readObject(w, r, reflect.TypeFor[api.WeightBody]())
 			if e != nil {
 				writeError(w, e)
 				return
 			}
 			v, err := weights.DecodeWeightBody(bytes.NewReader(body))
 			if err != nil {
-				writeError(w, g.asAPIError(err, "set group weight"))
+				writeError(w, g.apiError(err, 0, "set group weight"))
 				return
 			}
 			weight = &v
 		}
 		res, err := weights.SetGroupWeight(r.Context(), g.weightShards(), p.Name, r.PathValue("queue"), r.PathValue("group"), weight, g.weightOpts()...)
 		if err != nil {
-			writeError(w, g.asAPIError(err, "set group weight"))
+			writeError(w, g.apiError(err, 0, "set group weight"))
 			return
 		}
 		writeJSON(w, res.Status(), res)

@@ -25,6 +25,7 @@ import (
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/telemetry"
 	"github.com/harvest-run/harvest/pkg/dispatch"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // instrumentation is the name of the gateway's tracer and meter.
@@ -44,8 +45,10 @@ type Options struct {
 	Authorizer Authorizer
 	// Admitter, when set, replaces the gateway's own admission (pkg/tenantcap
 	// configured by HARVEST_MAX_RUNS and the admission settings on shard 0).
-	// Tests use it; a deployment leaves it nil.
-	Admitter Admitter
+	// The gateway's own is decided inside the start statement (it is a
+	// tenantcap.Ruler); a hook set here that is not a Ruler is asked in Go,
+	// start by start. Tests use it; a deployment leaves it nil.
+	Admitter tenantcap.Hook
 	// Now is the clock of the /admin sessions; nil means time.Now.
 	Now func() time.Time
 	// Metrics, when set, is served at GET /metrics.
@@ -83,7 +86,7 @@ type Gateway struct {
 
 	adm *admission
 	// admitter decides new runs: the committers' and deferred starts'.
-	admitter Admitter
+	admitter tenantcap.Hook
 	// console serves /admin (console.go); it holds the browsers' sessions.
 	console *console.Console
 

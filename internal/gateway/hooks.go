@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/harvest-run/harvest/pkg/api"
-	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // Transports a start can arrive on.
@@ -43,13 +42,3 @@ type AuthorizerFunc func(ctx context.Context, s StartAuthorization) error
 func (f AuthorizerFunc) AuthorizeStart(ctx context.Context, s StartAuthorization) error {
 	return f(ctx, s)
 }
-
-// Admitter decides, from the counts a new run is written with, whether it
-// may stay (admission): see tenantcap.Hook. The gateway's own admission
-// is decided inside the start statement (tenantcap.Ruler); an Admitter
-// set here is asked in Go, start by start. Without one every start is
-// admitted.
-type Admitter = tenantcap.Hook
-
-// Admission is what an Admitter sees of a new run.
-type Admission = tenantcap.Admission

@@ -20,6 +20,7 @@ import (
 	"github.com/harvest-run/harvest/internal/natsconn"
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/internal/telemetry"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // Usage writes the help text: what the gateway does and every variable it
@@ -66,7 +67,7 @@ type RunOptions struct {
 	Ready func(addr string)
 	// Authorizer and Admitter are passed to the gateway.
 	Authorizer Authorizer
-	Admitter   Admitter
+	Admitter   tenantcap.Hook
 }
 
 // Run serves the gateway until ctx ends, then shuts it down gracefully:

@@ -26,6 +26,7 @@ import (
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // metricReader collects the metrics of every gateway in the tests.
@@ -88,7 +89,7 @@ type setupOpts struct {
 	KeyBinding   bool
 	MaxBodyBytes int64
 	Authorizer   Authorizer
-	Admitter     Admitter
+	Admitter     tenantcap.Hook
 	// MaxRuns raises the system limit (HARVEST_MAX_RUNS) when set.
 	MaxRuns int
 	// Refresh replaces the tests' 20ms HARVEST_ADMISSION_REFRESH.

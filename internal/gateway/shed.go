@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/natsauth"
 	"github.com/harvest-run/harvest/internal/pgpool"
+	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/internal/testsignal"
 	"github.com/harvest-run/harvest/pkg/api"
 )
@@ -504,29 +506,25 @@ type readiness struct {
 	ping func(ctx context.Context, shard int) error
 }
 
-// check returns whether each shard answered a ping lately, pinging the
-// ones whose answer is older than readyFor.
-func (r *readiness) check(ctx context.Context, shards int) []bool {
+// check returns whether each of n shards answered a ping lately, pinging
+// the ones whose answer is older than readyFor (at once, each under
+// readyPing: the module's fan-out, internal/shards.Each).
+func (r *readiness) check(ctx context.Context, n int) []bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.at) != shards {
-		r.at, r.ok = make([]time.Time, shards), make([]bool, shards)
+	if len(r.at) != n {
+		r.at, r.ok = make([]time.Time, n), make([]bool, n)
 	}
 	now := time.Now()
-	out := make([]bool, shards)
-	var wg sync.WaitGroup
-	for i := range shards {
-		if !r.at[i].IsZero() && now.Sub(r.at[i]) < readyFor {
-			continue
+	var stale []int
+	for i := range n {
+		if r.at[i].IsZero() || now.Sub(r.at[i]) >= readyFor {
+			stale = append(stale, i)
 		}
-		wg.Go(func() {
-			pctx, cancel := context.WithTimeout(ctx, readyPing)
-			defer cancel()
-			r.ok[i] = r.ping(pctx, i) == nil
-			r.at[i] = time.Now()
-		})
 	}
-	wg.Wait()
-	copy(out, r.ok)
-	return out
+	for _, a := range shards.Each(ctx, stale, func(_, i int) int { return i }, readyPing,
+		func(ctx context.Context, i, _ int) (struct{}, error) { return struct{}{}, r.ping(ctx, i) }) {
+		r.ok[a.Shard], r.at[a.Shard] = a.Err == nil, time.Now()
+	}
+	return slices.Clone(r.ok)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/dispatch"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 func TestHTTPStartWritesRunTaskAndCount(t *testing.T) {
@@ -490,7 +491,7 @@ func TestAuthorizerHook(t *testing.T) {
 
 type refuseOver struct{ limit int }
 
-func (r refuseOver) Admit(_ context.Context, a Admission) error {
+func (r refuseOver) Admit(_ context.Context, a tenantcap.Admission) error {
 	if a.Running > r.limit {
 		return &api.Error{Status: 429, Code: api.CodeOverLimit, Message: "over the limit", RetryAfterMS: 100}
 	}

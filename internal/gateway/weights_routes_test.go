@@ -9,11 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/internal/testsvc"
+	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
 	"github.com/harvest-run/harvest/pkg/weights"
 )
 
-func outcomesOf(shards []weights.ShardOutcome) []string {
+func outcomesOf(shards []api.ShardOutcome) []string {
 	out := make([]string, len(shards))
 	for i, s := range shards {
 		out[i] = s.Outcome
@@ -40,20 +41,20 @@ func TestWeightsRoutesPartialAndConvergence(t *testing.T) {
 	p1.down()
 	status, out := b.call(t, "PUT", "/v1/queues/shared/weights/tenant-42", secretRoot, `{"weight": 4}`)
 	require.Equal(t, 207, status, string(out))
-	wr := decode[weights.WriteResult](t, out)
+	wr := decode[api.WeightWriteResult](t, out)
 	require.Equal(t, []string{"ok", "unavailable"}, outcomesOf(wr.Shards))
 	require.Contains(t, wr.Message, "send the same request again")
 
 	status, out = b.call(t, "GET", "/v1/queues/shared/weights", secretWRead, nil)
 	require.Equal(t, 200, status, string(out))
-	rr := decode[weights.ReadResult](t, out)
+	rr := decode[api.WeightReadResult](t, out)
 	require.Equal(t, []int{1}, rr.UnavailableShards)
 	require.True(t, rr.WeightsUniform)
 
 	p0.down()
 	status, out = b.call(t, "DELETE", "/v1/queues/shared/weights/tenant-1", secretRoot, nil)
 	require.Equal(t, 503, status, string(out))
-	require.Equal(t, []string{"unavailable", "unavailable"}, outcomesOf(decode[weights.WriteResult](t, out).Shards))
+	require.Equal(t, []string{"unavailable", "unavailable"}, outcomesOf(decode[api.WeightWriteResult](t, out).Shards))
 	status, _ = b.call(t, "GET", "/v1/queues/shared/weights", secretWRead, nil)
 	require.Equal(t, 503, status)
 	res, err = c.ClearWeight(b.ctx, "shared", "tenant-1")
@@ -83,7 +84,7 @@ func TestWeightsRoutesPartialAndConvergence(t *testing.T) {
 	require.NoError(t, err)
 	status, out = b.call(t, "PUT", "/v1/queues/full/weights/new-key", secretRoot, `{"weight": 3}`)
 	require.Equal(t, 409, status, string(out))
-	wr = decode[weights.WriteResult](t, out)
+	wr = decode[api.WeightWriteResult](t, out)
 	require.Equal(t, []string{"ok", "cap_reached"}, outcomesOf(wr.Shards))
 	require.Contains(t, wr.Message, "refused on shard 1")
 	res, err = c.SetWeight(b.ctx, "full", "new-key", 3)
@@ -102,7 +103,7 @@ func TestWeightsRoutesNamesAndErrors(t *testing.T) {
 		key := "a/b c"
 		status, out := b.call(t, "PUT", "/v1/queues/"+url.PathEscape(q)+"/weights/"+url.PathEscape(key), secretRoot, `{"weight": 2.5}`)
 		require.Equal(t, 200, status, string(out))
-		wr := decode[weights.WriteResult](t, out)
+		wr := decode[api.WeightWriteResult](t, out)
 		require.Equal(t, q, wr.Queue)
 		require.Equal(t, key, wr.Key)
 		for i := range 2 {
@@ -156,7 +157,7 @@ func TestWeightsRoutesNamesAndErrors(t *testing.T) {
 
 	// Quotas: set, read, clear, each on every shard.
 	mc := 3
-	qr, err := c.SetQuota(b.ctx, "orders.eu", "tenant a", weights.Quota{MaxConcurrent: &mc})
+	qr, err := c.SetQuota(b.ctx, "orders.eu", "tenant a", api.Quota{MaxConcurrent: &mc})
 	require.NoError(t, err)
 	require.Equal(t, 200, qr.Status())
 	got, err := c.GetQuota(b.ctx, "orders.eu", "tenant a")
@@ -289,18 +290,18 @@ func TestTenantTokenSeesOnlyItsOwnKeys(t *testing.T) {
 	keysOf := func(secret string) (weightKeys, quotaKeys, listed []string) {
 		status, out := b.call(t, "GET", "/v1/queues/shared/weights", secret, nil)
 		require.Equal(t, 200, status, string(out))
-		for _, o := range decode[weights.ReadResult](t, out).Overrides {
+		for _, o := range decode[api.WeightReadResult](t, out).Overrides {
 			weightKeys = append(weightKeys, o.Key)
 		}
 		status, out = b.call(t, "GET", "/v1/queues/shared/quotas", secret, nil)
 		require.Equal(t, 200, status, string(out))
-		for _, q := range decode[weights.QuotaReadResult](t, out).Quotas {
+		for _, q := range decode[api.QuotaReadResult](t, out).Quotas {
 			quotaKeys = append(quotaKeys, q.QuotaKey)
 		}
 		status, out = b.call(t, "GET", "/v1/queues/shared/keys", secret, nil)
 		require.Equal(t, 200, status, string(out))
 		seen := map[string]bool{}
-		for _, s := range decode[weights.KeysResult](t, out).Shards {
+		for _, s := range decode[api.KeysResult](t, out).Shards {
 			for _, k := range s.Keys {
 				if !seen[k.Key] { // every shard lists the keys with a weight
 					seen[k.Key] = true

@@ -16,35 +16,11 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/harvest-run/harvest/internal/dberr"
 )
 
 const instrumentation = "github.com/harvest-run/harvest/internal/pgpool"
-
-// SQLSTATE codes that say the server behind a connection is no longer the
-// writable primary it was when the connection was made.
-const (
-	// CodeReadOnly (read_only_sql_transaction): a write reached a server
-	// that accepts only reads, such as a primary demoted to a standby, or
-	// one fenced with default_transaction_read_only during a switchover.
-	CodeReadOnly = "25006"
-	// codeAdminShutdown, codeCrashShutdown and codeCannotConnectNow: the
-	// server is stopping, crashed, or is not accepting sessions yet.
-	codeAdminShutdown    = "57P01"
-	codeCrashShutdown    = "57P02"
-	codeCannotConnectNow = "57P03"
-)
-
-// PrimaryLost reports whether code is an SQLSTATE after which a
-// connection's server can no longer be taken for the shard's writable
-// primary: read-only (25006), shutting down or crashed (57P01, 57P02),
-// not accepting sessions (57P03).
-func PrimaryLost(code string) bool {
-	switch code {
-	case CodeReadOnly, codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow:
-		return true
-	}
-	return false
-}
 
 // generationKey is where a connection keeps, in its pgconn custom data,
 // the pool generation it was opened in.
@@ -59,7 +35,7 @@ const generationKey = "harvest/pgpool.generation"
 //   - a connection that gets SQLSTATE 25006 is closed at once (Postgres
 //     itself closes on the shutdown codes);
 //   - when a connection reports its server read-only or going away (an
-//     error code of PrimaryLost, or, with target read-write, the server's
+//     error code of dberr.PrimaryLost, or, with target read-write, the server's
 //     own report that default_transaction_read_only turned on, which
 //     PostgreSQL 14 and later send after any statement, a read included),
 //     every connection the pool opened until then is retired: the idle
@@ -113,7 +89,7 @@ func Ping(ctx context.Context, pool *pgxpool.Pool) error {
 	pc := c.Conn().PgConn()
 	err = pgconn.ValidateConnectTargetSessionAttrsReadWrite(ctx, pc)
 	if errors.Is(err, pgconn.ErrReadOnlyConnection) {
-		pe := &pgconn.PgError{Severity: "ERROR", Code: CodeReadOnly, Message: "the server is read-only"}
+		pe := &pgconn.PgError{Severity: "ERROR", Code: dberr.CodeReadOnly, Message: "the server is read-only"}
 		if h := c.Conn().Config().OnPgError; h == nil || !h(pc, pe) {
 			_ = pc.Close(ctx)
 		}
@@ -139,14 +115,14 @@ func readWrite(fn pgconn.ValidateConnectFunc) bool {
 
 // closeOnLost wraps a pgconn error handler (nil: pgconn's default, which
 // closes on FATAL) so that a connection is also closed on 25006, and calls
-// lost, when set, for every code PrimaryLost names.
+// lost, when set, for every code dberr.PrimaryLost names.
 func closeOnLost(prev pgconn.PgErrorHandler, lost func(*pgconn.PgConn)) pgconn.PgErrorHandler {
 	return func(pc *pgconn.PgConn, pe *pgconn.PgError) bool {
 		keep := !strings.EqualFold(pe.Severity, "FATAL")
 		if prev != nil {
 			keep = prev(pc, pe)
 		}
-		if !PrimaryLost(pe.Code) {
+		if !dberr.PrimaryLost(pe.Code) {
 			return keep
 		}
 		if lost != nil {

@@ -2,7 +2,6 @@ package pgpool_test
 
 import (
 	"context"
-	"errors"
 	"net/url"
 	"strconv"
 	"sync/atomic"
@@ -18,6 +17,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/harvest-run/harvest/internal/dberr"
 	"github.com/harvest-run/harvest/internal/pgpool"
 	"github.com/harvest-run/harvest/internal/testsvc"
 )
@@ -107,14 +107,6 @@ func resets(t *testing.T, shard int) int64 {
 	return 0
 }
 
-func code(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		return pe.Code
-	}
-	return ""
-}
-
 // After a switchover a pooled connection may still be open to the old
 // primary, now read-only: its write fails with 25006. That connection is
 // closed, and every other connection the pool had is retired with it (they
@@ -128,7 +120,7 @@ func TestReadOnlyConnectionRetiresThePool(t *testing.T) {
 	_, err := conns[0].Exec(b.ctx, "SET default_transaction_read_only = on")
 	require.NoError(t, err)
 	_, err = conns[0].Exec(b.ctx, "CREATE TABLE t (i int)")
-	require.Equal(t, pgpool.CodeReadOnly, code(err), "%v", err)
+	require.Equal(t, dberr.CodeReadOnly, dberr.Code(err), "%v", err)
 	require.True(t, conns[0].Conn().IsClosed(), "the read-only connection is closed at once")
 	release(conns)
 
@@ -157,7 +149,7 @@ func TestShutdownRetiresIdleAndBusyConnections(t *testing.T) {
 		return b.admin.QueryRow(b.ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", old[0]).Scan(&n) == nil && n == 0
 	}, 10*time.Second, 10*time.Millisecond)
 	_, err = conns[0].Exec(b.ctx, "SELECT 1")
-	require.Equal(t, "57P01", code(err), "%v", err)
+	require.Equal(t, dberr.CodeAdminShutdown, dberr.Code(err), "%v", err)
 	// conns[1] is released (idle); conns[2] stays busy a little longer and
 	// still works meanwhile.
 	conns[0].Release()
@@ -259,7 +251,7 @@ func TestPingFailsOnAReadOnlyServer(t *testing.T) {
 	require.Eventually(t, func() bool { return pool.Stat().IdleConns() == 1 }, 10*time.Second, time.Millisecond)
 
 	err = pgpool.Ping(b.ctx, pool)
-	require.Equal(t, pgpool.CodeReadOnly, code(err), "%v", err)
+	require.Equal(t, dberr.CodeReadOnly, dberr.Code(err), "%v", err)
 	require.NoError(t, pgpool.Ping(b.ctx, pool))
 	c, err = pool.Acquire(b.ctx)
 	require.NoError(t, err)
@@ -278,6 +270,6 @@ func TestConnectClosesOnReadOnly(t *testing.T) {
 	_, err = conn.Exec(b.ctx, "SET default_transaction_read_only = on")
 	require.NoError(t, err)
 	_, err = conn.Exec(b.ctx, "CREATE TABLE t (i int)")
-	require.Equal(t, pgpool.CodeReadOnly, code(err), "%v", err)
+	require.Equal(t, dberr.CodeReadOnly, dberr.Code(err), "%v", err)
 	require.True(t, conn.IsClosed())
 }

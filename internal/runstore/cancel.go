@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/dberr"
 	"github.com/harvest-run/harvest/pkg/api"
 )
 
@@ -39,7 +40,7 @@ type CancelResult struct {
 func Cancel(ctx context.Context, db Beginner, tenant, id string, shard int, reason string) (CancelResult, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := cancelOnce(ctx, db, tenant, id, shard, reason)
-		if err == nil || !retryable(err) || attempt == maxTxAttempts || ctx.Err() != nil {
+		if err == nil || !dberr.Conflict(err) || attempt == maxTxAttempts || ctx.Err() != nil {
 			return res, err
 		}
 	}

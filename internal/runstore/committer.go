@@ -5,11 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sourcegraph/conc"
 
+	"github.com/harvest-run/harvest/internal/dberr"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
@@ -39,7 +37,14 @@ const (
 )
 
 // maxTxAttempts bounds the retries of a group whose transaction the
-// database broke (deadlock, serialization failure).
+// database broke (deadlock, serialization failure: dberr.Conflict). The
+// start, cancel and retry paths retry on a conflict only, not on a write
+// refused by a server that stopped being the primary (dberr.Retryable
+// adds that): such a request is answered 503 with Retry-After
+// (dberr.Unavailable), as docs/operations.md and the reliability table
+// promise, and the client's retry reaches the new primary. A group holds
+// the starts of many callers, and a retry in place would hold them all
+// while the shard changes primary.
 const maxTxAttempts = 4
 
 // maxLeaseRounds bounds how many groups a start is sent in while its
@@ -49,17 +54,6 @@ const maxLeaseRounds = 3
 
 // ErrClosed means the committer was closed before the start was handed in.
 var ErrClosed = errors.New("runstore: committer closed")
-
-// The admission hook of the start path is pkg/tenantcap's (one home for
-// admission); these names keep it at hand here.
-type (
-	// Admission is what an Admitter sees of one new run.
-	Admission = tenantcap.Admission
-	// Admitter decides whether a new run may stay.
-	Admitter = tenantcap.Hook
-	// Ruler is an Admitter whose rule the group's statement applies itself.
-	Ruler = tenantcap.Ruler
-)
 
 // Committed is one start of a committed group, as AfterCommit sees it.
 type Committed struct {
@@ -82,12 +76,13 @@ type CommitterOptions struct {
 	Linger time.Duration
 	// Timeout bounds one group's transaction.
 	Timeout time.Duration
-	// Admitter, when set, decides every new run. A Ruler (tenantcap's
-	// Admitter, the gateway's) has its rule applied by the statement that
-	// writes the group; any other Admitter is asked in Go about each new
-	// run of the group as first written, and the group is written again
+	// Admitter, when set, is the admission hook that decides every new
+	// run. A hook that is also a tenantcap.Ruler (the gateway's, over
+	// tenantcap.Admitter) has its rule applied by the statement that
+	// writes the group; any other hook is asked in Go about each new run
+	// of the group as first written, and the group is written again
 	// without the runs it refused. Without one every start is admitted.
-	Admitter Admitter
+	Admitter tenantcap.Hook
 	// AfterCommit, when set, is called with the new runs of every group
 	// that committed, after their callers were answered. It runs on the
 	// flusher's goroutine, so it must be quick (publishing NATS messages
@@ -286,7 +281,7 @@ func newGroup(items []*pending) *group {
 func (c *Committer) round(ctx context.Context, items []*pending, last bool, onCommit func()) []*pending {
 	g := newGroup(items)
 	g.committed = onCommit
-	ruler, _ := c.opts.Admitter.(Ruler)
+	ruler, _ := c.opts.Admitter.(tenantcap.Ruler)
 	var (
 		rule   tenantcap.Rule
 		closed error // refuses every new run: the Ruler has no rule now
@@ -316,7 +311,7 @@ func (c *Committer) round(ctx context.Context, items []*pending, last bool, onCo
 			}
 			err = c.write(ctx, g, r, closed != nil)
 		}
-		if err == nil || !retryable(err) || attempt == maxTxAttempts {
+		if err == nil || !dberr.Conflict(err) || attempt == maxTxAttempts {
 			break
 		}
 	}
@@ -441,7 +436,7 @@ func (c *Committer) replay(ctx context.Context, items []*pending, skip map[*pend
 // be sent again, with refused extended by those it answers instead: the
 // ones the ledger could not make room for, or all of them on the last
 // round, each refused with what the shard's lease then gives.
-func (c *Committer) takeCapacity(ctx context.Context, ruler Ruler, rule tenantcap.Rule, short []*pending, last bool,
+func (c *Committer) takeCapacity(ctx context.Context, ruler tenantcap.Ruler, rule tenantcap.Rule, short []*pending, last bool,
 	refused []tenantcap.Decision) ([]*pending, []tenantcap.Decision) {
 	// The capacity the starts need were they all admitted, one after the
 	// other as the statement judged them.
@@ -551,7 +546,7 @@ func rollback(conn *pgx.Conn) {
 	_, _ = conn.Exec(ctx, "ROLLBACK")
 }
 
-// writeAsked writes the group for an Admitter that is only a Hook: the
+// writeAsked writes the group for a hook that is not a Ruler: the
 // group is written with every start admitted, the Hook is asked about each
 // new run with the counts it was written with, and, when it refused some,
 // the group is written again without them (under a savepoint, the count
@@ -617,7 +612,7 @@ func (c *Committer) writeAsked(ctx context.Context, g *group) (err error) {
 	return err
 }
 
-// ask puts the new runs of a written group to the Admitter, in the order
+// ask puts the new runs of a written group to the admission hook, in the order
 // they were written. A refused start is marked with its error and to be
 // skipped; the starts after it are judged by the counts they will have
 // once it is left out, as if the starts had run one after the other. It
@@ -630,7 +625,7 @@ func (c *Committer) ask(ctx context.Context, g *group) (int, error) {
 		if st.outcome != outcomeNew {
 			continue
 		}
-		a := Admission{
+		a := tenantcap.Admission{
 			Shard: c.shard, Tenant: it.p.Tenant, Req: &it.p.Req,
 			Running:      int(st.own) + 1 - byTenant[it.p.Tenant],
 			ShardRunning: int(st.shard) + 1 - refused,
@@ -707,45 +702,4 @@ func readStarted(br pgx.BatchResults, g *group) error {
 func isAPIError(err error) bool {
 	var ae *api.Error
 	return errors.As(err, &ae)
-}
-
-// retryable reports a transaction the database broke on purpose (deadlock,
-// serialization failure): sending it again may succeed.
-func retryable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001")
-}
-
-// Unavailable reports whether err means the shard could not be reached or
-// did not answer in time (as opposed to refusing a statement): the
-// gateway answers 503 to it.
-func Unavailable(err error) bool {
-	if err == nil {
-		return false
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		// read_only_sql_transaction: the statement reached a server that
-		// is no longer the primary (a switchover; the pool has closed
-		// that connection, and the next one goes to the new primary).
-		// The transaction wrote nothing.
-		if pe.Code == "25006" {
-			return true
-		}
-		// Connection exceptions, operator intervention (shutdown), and
-		// insufficient resources (too many connections, disk full).
-		switch pe.Code[:2] {
-		case "08", "53", "57":
-			return pe.Code != "57014" // query_canceled: the caller's own doing
-		}
-		return false
-	}
-	var ce *pgconn.ConnectError
-	var ne net.Error
-	// SafeToRetry marks errors raised before anything reached the server,
-	// such as a pooled connection found closed after the shard went away.
-	return errors.As(err, &ce) || errors.As(err, &ne) || pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

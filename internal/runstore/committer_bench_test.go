@@ -17,7 +17,7 @@ import (
 // askAdmitter admits everything, asked about each new run.
 type askAdmitter struct{}
 
-func (askAdmitter) Admit(context.Context, Admission) error { return nil }
+func (askAdmitter) Admit(context.Context, tenantcap.Admission) error { return nil }
 
 // ruleAdmitter admits everything by a rule the statement applies.
 type ruleAdmitter struct{ askAdmitter }
@@ -36,7 +36,7 @@ func (ruleAdmitter) Decided(int, []tenantcap.Decision)              {}
 func BenchmarkCommitter(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
-		admitter Admitter
+		admitter tenantcap.Hook
 	}{{"ask", askAdmitter{}}, {"rule", ruleAdmitter{}}} {
 		for _, shape := range []struct {
 			tenants, callersPerProc int

@@ -17,7 +17,7 @@ import (
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
-// recorder is an Admitter that notes every Admission it is asked about and
+// recorder is a tenantcap.Hook that notes every Admission it is asked about and
 // refuses a tenant's start once the tenant would hold more than limit runs
 // (no limit when zero).
 type recorder struct {
@@ -26,10 +26,10 @@ type recorder struct {
 	refuse map[string]bool
 
 	mu   sync.Mutex
-	seen []Admission
+	seen []tenantcap.Admission
 }
 
-func (r *recorder) Admit(_ context.Context, a Admission) error {
+func (r *recorder) Admit(_ context.Context, a tenantcap.Admission) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen = append(r.seen, a)
@@ -39,10 +39,10 @@ func (r *recorder) Admit(_ context.Context, a Admission) error {
 	return nil
 }
 
-func (r *recorder) asked() []Admission {
+func (r *recorder) asked() []tenantcap.Admission {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Admission(nil), r.seen...)
+	return append([]tenantcap.Admission(nil), r.seen...)
 }
 
 // ruled is a Ruler: the group's statement applies its rule, so nothing
@@ -63,7 +63,7 @@ func noLimit() tenantcap.Rule {
 // staticLimit lets each tenant hold limit runs (Static) in a system that
 // is never full.
 func staticLimit(limit int) tenantcap.Rule {
-	return tenantcap.Rule{Config: tenantcap.Config{Algorithm: tenantcap.Static, TFM: 1}, MaxRuns: 1000 * limit,
+	return tenantcap.Rule{Config: tenantcap.Config{Algorithm: api.AlgorithmStatic, TFM: 1}, MaxRuns: 1000 * limit,
 		Tenants: 1000, RetryAfter: time.Second}
 }
 
@@ -80,7 +80,7 @@ func (r *ruled) Decided(admitted int, refused []tenantcap.Decision) {
 // groupOpts shapes a committer whose groups are predictable: one flusher
 // that waits long enough for every start of one StartMany call.
 type groupOpts struct {
-	Admitter Admitter
+	Admitter tenantcap.Hook
 }
 
 func (b bundle) committer(t *testing.T, o groupOpts) *Committer {
@@ -163,7 +163,7 @@ func TestGroupRefusalLeavesNothingBehind(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			rec := &recorder{limit: 2}
-			var adm Admitter = rec
+			var adm tenantcap.Hook = rec
 			r := &ruled{rule: staticLimit(2)}
 			if byRule {
 				adm = r
@@ -231,7 +231,7 @@ func TestGroupStatementErrorFailsOneStart(t *testing.T) {
 		t.Run(fmt.Sprintf("rule=%v", byRule), func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			var adm Admitter = &recorder{}
+			var adm tenantcap.Hook = &recorder{}
 			if byRule {
 				adm = &ruled{rule: noLimit()}
 			}

@@ -6,10 +6,10 @@
 // starts for a shard into shared transactions (group commit), so one disk
 // flush carries many starts. A group is one call of harvest_start_group
 // (RunStartGroup), which decides admission for each new run with the rule
-// the Admitter gives (a tenantcap.Ruler) and writes the admitted ones; it
+// the admission hook gives (a tenantcap.Ruler) and writes the admitted ones; it
 // commits without waiting for the flush, so its locks are free at once,
 // and the callers are answered after a flush wait in the same round trip.
-// An Admitter that is only a Hook is asked in Go about each new run of the
+// A hook that is only a tenantcap.Hook is asked in Go about each new run of the
 // group as written, and the group is written again without the refused
 // ones. A start the database refuses fails alone. The Committer's flushers
 // share one queue that keeps each tenant in one group until that group

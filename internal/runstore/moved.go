@@ -5,14 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/jackc/pgx/v5/pgconn"
-)
-
-// SQLSTATE codes a move of a tenant raises (class HA is Harvest's own).
-const (
-	// codeTenantMoved: a start of a tenant whose home the shard no longer
-	// is (harvest_tenant_fence). DETAIL holds the new home, HINT the tenant.
-	codeTenantMoved = "HA020"
+	"github.com/harvest-run/harvest/internal/dberr"
 )
 
 // ErrRunMoving means the run is being copied to its tenant's new home and
@@ -41,14 +34,16 @@ func MovedOrErr(err error) error {
 }
 
 // AsMoved returns the *MovedError err stands for (a MovedError, or the
-// database's HA020), or nil.
+// database's dberr.CodeTenantMoved, raised by harvest_tenant_fence with the
+// new home as DETAIL and the tenant as HINT), or nil. It is the one place
+// that code becomes a Go error.
 func AsMoved(err error) *MovedError {
 	var m *MovedError
 	if errors.As(err, &m) {
 		return m
 	}
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || pe.Code != codeTenantMoved {
+	pe := dberr.PgError(err)
+	if pe == nil || pe.Code != dberr.CodeTenantMoved {
 		return nil
 	}
 	to, perr := strconv.Atoi(pe.Detail)

@@ -8,7 +8,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/dberr"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 var (
@@ -34,7 +36,7 @@ type RetryParams struct {
 	TraceContext json.RawMessage
 	// Admitter judges the run as it judges a new start (it takes an
 	// admission slot again); nil admits it.
-	Admitter Admitter
+	Admitter tenantcap.Hook
 }
 
 // RetryResult is what a retry did.
@@ -59,7 +61,7 @@ type RetryResult struct {
 func Retry(ctx context.Context, db Beginner, p RetryParams) (RetryResult, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := retryOnce(ctx, db, p)
-		if err == nil || !retryable(err) || attempt == maxTxAttempts || ctx.Err() != nil {
+		if err == nil || !dberr.Conflict(err) || attempt == maxTxAttempts || ctx.Err() != nil {
 			return res, err
 		}
 	}
@@ -124,7 +126,7 @@ func retryOnce(ctx context.Context, db Beginner, p RetryParams) (RetryResult, er
 	}
 	if p.Admitter != nil {
 		req := api.StartRequest{ID: run.ID, Name: run.Name, Queue: run.Queue, Priority: run.Priority}
-		if err := p.Admitter.Admit(ctx, Admission{Shard: p.Shard, Tenant: p.Tenant, Running: done.Running,
+		if err := p.Admitter.Admit(ctx, tenantcap.Admission{Shard: p.Shard, Tenant: p.Tenant, Running: done.Running,
 			ShardRunning: int(done.ShardRunning), ShardLease: done.ShardLease, Req: &req}); err != nil {
 			return RetryResult{}, err
 		}

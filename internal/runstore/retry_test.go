@@ -8,6 +8,7 @@ import (
 
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 // failRun starts a run, claims its task and fails it for good; it returns
@@ -26,7 +27,7 @@ func (b bundle) failRun(t *testing.T, tenant string) string {
 	return res.Run.ID
 }
 
-func (b bundle) retry(t *testing.T, tenant, id string, adm Admitter) (RetryResult, error) {
+func (b bundle) retry(t *testing.T, tenant, id string, adm tenantcap.Hook) (RetryResult, error) {
 	t.Helper()
 	return Retry(b.ctx, b.db, RetryParams{Tenant: tenant, ID: id, Shard: 1, Actor: "tester", Admitter: adm})
 }

@@ -6,7 +6,10 @@ import (
 	"time"
 )
 
-// Answer is one shard's part of a fan-out.
+// Answer is one shard's part of a fan-out, the one shape a per-shard
+// answer has in process (the gateway's, the console's, the CLI's, and
+// pkg/weights' and pkg/tenantcap's). Its wire form, for a write, is
+// api.ShardOutcome.
 type Answer[T any] struct {
 	// Shard is the shard's index, as Each was given it.
 	Shard int
@@ -39,5 +42,30 @@ func Each[D, T any](ctx context.Context, dbs []D, index func(int, D) int, timeou
 		})
 	}
 	wg.Wait()
+	return out
+}
+
+// Unavailable lists the shards whose answer is an error, in the order of
+// answers: the unavailable_shards of every answer that reads or writes
+// several shards (the API's bodies, the console's pages, the CLI's
+// output). It is never nil, so that it encodes as [] in JSON.
+func Unavailable[T any](answers []Answer[T]) []int {
+	out := []int{}
+	for _, a := range answers {
+		if a.Err != nil {
+			out = append(out, a.Shard)
+		}
+	}
+	return out
+}
+
+// Answered returns the answers that are not errors, in order.
+func Answered[T any](answers []Answer[T]) []Answer[T] {
+	var out []Answer[T]
+	for _, a := range answers {
+		if a.Err == nil {
+			out = append(out, a)
+		}
+	}
 	return out
 }

@@ -2,6 +2,7 @@ package shards
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -40,4 +41,23 @@ func TestEachAnswersInOrderWithinTheTimeout(t *testing.T) {
 		return shard * db, nil
 	})
 	require.Equal(t, []Answer[int]{{Shard: 0, Value: 0}, {Shard: 1, Value: 8}}, plain)
+}
+
+// The unavailable_shards list names the shards that failed in the order
+// they were asked, and is [] (not null) in JSON when every shard answered;
+// Answered keeps the others.
+func TestUnavailableListsTheFailedShards(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	answers := []Answer[string]{{Shard: 3, Value: "a"}, {Shard: 1, Err: boom}, {Shard: 0, Err: boom}, {Shard: 2, Value: "b"}}
+	require.Equal(t, []int{1, 0}, Unavailable(answers))
+	require.Equal(t, []Answer[string]{{Shard: 3, Value: "a"}, {Shard: 2, Value: "b"}}, Answered(answers))
+
+	all := []Answer[string]{{Shard: 0, Value: "a"}}
+	body, err := json.Marshal(struct {
+		UnavailableShards []int `json:"unavailable_shards"`
+	}{Unavailable(all)})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"unavailable_shards": []}`, string(body))
+	require.Empty(t, Unavailable[string](nil))
 }

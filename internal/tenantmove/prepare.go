@@ -3,12 +3,12 @@ package tenantmove
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/harvest-run/harvest/internal/dberr"
 )
 
 // fence takes D's fence down (the tenant may be coming back to it) and
@@ -139,8 +139,7 @@ func (m *mover) carrySettings(ctx context.Context, src, dst int) error {
 		// One statement each, so that the cap refusing one leaves the
 		// others to be written.
 		_, err := m.o.Shards[dst].Exec(ctx, sqlWeightOverrideCopy, ov.Queue, ov.Key, ov.Weight, ov.UpdatedAt, ov.UpdatedBy)
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "23514" {
+		if dberr.Code(err) == dberr.CodeCheckViolation {
 			m.o.Log.Warn("tenantmove: the queue's override cap refused a weight override; it is not carried",
 				"tenant", m.tenant, "queue", ov.Queue, "key", ov.Key, "shard", dst)
 			continue

@@ -2,37 +2,30 @@ package tenantmove
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/dberr"
 )
 
 // txAttempts bounds the retries of a step the database broke on purpose
-// (a deadlock with a claim or a cancel, a serialization failure): the
-// broken attempt was rolled back whole, so the next starts afresh.
+// (a deadlock with a claim or a cancel, a serialization failure) or
+// refused whole because the server stopped being the primary
+// (dberr.Retryable): the broken attempt was rolled back whole, so the next
+// starts afresh. A move has no caller waiting to be answered 503, so it
+// rides out a switchover itself.
 const txAttempts = 8
-
-// retryable reports a transaction the database broke to resolve a lock
-// cycle or a serialization conflict, or refused whole because the server
-// stopped being the primary (25006: the pool closed that connection, and
-// the next attempt connects to the new primary or fails to connect).
-func retryable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001" || pe.Code == "25006")
-}
 
 // inTx runs fn in a transaction on db and commits it, again when the
 // database broke the attempt.
 func inTx(ctx context.Context, db *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	for attempt := 1; ; attempt++ {
 		err := pgx.BeginFunc(ctx, db, fn)
-		if err == nil || !retryable(err) || attempt == txAttempts || ctx.Err() != nil {
+		if err == nil || !dberr.Retryable(err) || attempt == txAttempts || ctx.Err() != nil {
 			return err
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/signal"
@@ -20,9 +19,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/harvest-run/harvest/internal/dberr"
 	"github.com/harvest-run/harvest/internal/pgcluster"
 	"github.com/harvest-run/harvest/internal/schema"
 )
@@ -176,7 +175,7 @@ func resolveServer(ctx context.Context, adminURL string,
 	if perr == nil {
 		return adminURL, nil, "", nil
 	}
-	if !unreachable(perr) {
+	if !dberr.Unreachable(perr) {
 		return "", nil, "", fmt.Errorf("testsvc: the PostgreSQL server at %s (%s) refused the test connection: %w; "+
 			"fix %s or the server", redact(adminURL), EnvDatabaseURL, perr, EnvDatabaseURL)
 	}
@@ -205,26 +204,6 @@ func probe(ctx context.Context, adminURL string) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	return conn.Ping(ctx)
-}
-
-// unreachable reports whether a connection error means that no server is
-// listening (as opposed to a server that answered and said no).
-func unreachable(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return false
-	}
-	for _, errno := range []syscall.Errno{
-		syscall.ECONNREFUSED, syscall.ENOENT, syscall.EHOSTUNREACH,
-		syscall.ENETUNREACH, syscall.EADDRNOTAVAIL, syscall.ECONNRESET,
-	} {
-		if errors.Is(err, errno) {
-			return true
-		}
-	}
-	var netErr net.Error
-	return errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err) ||
-		(errors.As(err, &netErr) && netErr.Timeout())
 }
 
 var passwordKV = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|\S+)`)
@@ -289,8 +268,7 @@ func NewDBCollatedURL(t testing.TB, icuLocale string) string {
 	defer cancel()
 	err := adminExec(ctx, adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+
 		" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE "+quoteLiteral(icuLocale))
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "0A000" { // feature_not_supported: no ICU
+	if dberr.Code(err) == dberr.CodeFeatureNotSupported { // no ICU
 		t.Skipf("testsvc: the server has no ICU collations: %v", err)
 	}
 	if err != nil {
@@ -405,7 +383,7 @@ func dropTemplate() error {
 	defer cancel()
 	var errs []error
 	for url, name := range templates.byURL {
-		if err := dropDatabase(ctx, url, name, true); err != nil && !unreachable(err) {
+		if err := dropDatabase(ctx, url, name, true); err != nil && !dberr.Unreachable(err) {
 			errs = append(errs, err)
 		}
 	}

@@ -7,12 +7,10 @@ import (
 	"net"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -166,15 +164,6 @@ func TestFallbackFailureMessage(t *testing.T) {
 	require.ErrorIs(t, err, want)
 	require.Nil(t, c)
 	require.Contains(t, err.Error(), "no PostgreSQL server answers at")
-}
-
-func TestUnreachable(t *testing.T) {
-	t.Parallel()
-	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
-	require.True(t, unreachable(fmt.Errorf("connect: %w", refused)))
-	require.True(t, unreachable(errors.Join(errors.New("x"), context.DeadlineExceeded)))
-	require.False(t, unreachable(&pgconn.PgError{Code: "28P01", Message: "password authentication failed"}))
-	require.False(t, unreachable(&net.DNSError{Err: "no such host", Name: "nope"}))
 }
 
 func TestRedact(t *testing.T) {

@@ -21,11 +21,14 @@ const (
 	QuotaMaxBurst      = 1_000_000.0
 )
 
-// ShardOutcome is one shard's part of a write.
+// ShardOutcome is one shard's part of a write: the wire form of one
+// shard's answer to a call made on every shard (the servers' and the CLI's
+// fan-out; pkg/weights turns a shard's error into its Outcome), embedded
+// by the per-shard parts of the pause, fairness and group weight answers.
 type ShardOutcome struct {
 	Shard int `json:"shard"`
-	// Outcome is OutcomeOK, OutcomeUnavailable, OutcomeCapReached or
-	// OutcomeError.
+	// Outcome is ShardOutcomeOK, ShardOutcomeUnavailable,
+	// ShardOutcomeCapReached or ShardOutcomeError.
 	Outcome string `json:"outcome"`
 	Message string `json:"message"`
 }
@@ -85,7 +88,7 @@ type KeyWeight struct {
 // uniform or not complete.
 type ShardWeights struct {
 	Shard int `json:"shard"`
-	// Outcome is OutcomeOK, OutcomeUnavailable or OutcomeError.
+	// Outcome is ShardOutcomeOK, ShardOutcomeUnavailable or ShardOutcomeError.
 	Outcome string `json:"outcome"`
 	Message string `json:"message,omitempty"`
 	// Overrides is how many overrides the shard holds for the queue.

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/harvest-run/harvest/internal/dberr"
 )
 
 // Sentinel errors. Wrapped errors keep the database message.
@@ -20,26 +20,20 @@ var (
 	ErrDeadlock = errors.New("claim: deadlock detected")
 )
 
-// SQLSTATE codes raised by the claim functions of the schema.
-const (
-	codeStaleLease = "HA001"
-	codeNotFound   = "HA002"
-	codeDeadlock   = "40P01"
-)
-
-// mapError is the one place where database errors become package errors.
+// mapError is the one place where database errors become package errors,
+// and the one place in the module where the claim functions' own codes
+// (dberr.CodeStaleLease, dberr.CodeTaskNotFound) become Go errors.
 func mapError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
+	if pe := dberr.PgError(err); pe != nil {
 		switch pe.Code {
-		case codeStaleLease:
+		case dberr.CodeStaleLease:
 			return fmt.Errorf("claim: %s: %w (%s)", op, ErrStaleLease, pe.Message)
-		case codeNotFound:
+		case dberr.CodeTaskNotFound:
 			return fmt.Errorf("claim: %s: %w (%s)", op, ErrNotFound, pe.Message)
-		case codeDeadlock:
+		case dberr.CodeDeadlock:
 			return fmt.Errorf("claim: %s: %w", op, ErrDeadlock)
 		}
 	}

@@ -124,7 +124,7 @@ func TestSpecExamplesAgainstPostgres(t *testing.T) {
 	url := testsvc.NewDBURL(t)
 
 	t.Run("static", func(t *testing.T) {
-		g := newGateway(t, []string{url}, 128, tenantcap.Config{Algorithm: tenantcap.Static, TFM: 1}, eightTenants)
+		g := newGateway(t, []string{url}, 128, tenantcap.Config{Algorithm: api.AlgorithmStatic, TFM: 1}, eightTenants)
 		for i := range 16 {
 			require.NoError(t, g.start(ctx, "t1", fmt.Sprintf("s%d", i)))
 		}
@@ -139,7 +139,7 @@ func TestSpecExamplesAgainstPostgres(t *testing.T) {
 		db := testsvc.NewDB(t)
 		// a light tenant with 1 run, a heavy one with 29, the rest elsewhere
 		setRunning(t, db, map[string]int{"light": 1, "heavy": 29, "others": total - 30})
-		g := newGateway(t, []string{db.Config().ConnString()}, 128, tenantcap.Config{Algorithm: tenantcap.Dynamic, TFM: 3}, eightTenants)
+		g := newGateway(t, []string{db.Config().ConnString()}, 128, tenantcap.Config{Algorithm: api.AlgorithmDynamic, TFM: 3}, eightTenants)
 		// heavy first: a refusal leaves the counts as they were, so both
 		// starts are judged at the example's total
 		errHeavy := g.start(ctx, "heavy", "x")
@@ -176,7 +176,7 @@ func TestExactPerTenantRace(t *testing.T) {
 func exactRace(t *testing.T, before bool) {
 	ctx := context.Background()
 	url := testsvc.NewDBURL(t)
-	cfg := tenantcap.Config{Algorithm: tenantcap.Static, TFM: 1}
+	cfg := tenantcap.Config{Algorithm: api.AlgorithmStatic, TFM: 1}
 	gws := []*gateway{
 		newGateway(t, []string{url}, 128, cfg, eightTenants),
 		newGateway(t, []string{url}, 128, cfg, eightTenants),
@@ -245,7 +245,7 @@ func TestSystemLimitOvershootBound(t *testing.T) {
 	ctx := context.Background()
 	urls := []string{testsvc.NewDBURL(t), testsvc.NewDBURL(t)}
 	const maxRuns = 10
-	cfg := tenantcap.Config{Algorithm: tenantcap.NoLimit, TFM: 1}
+	cfg := tenantcap.Config{Algorithm: api.AlgorithmNoLimit, TFM: 1}
 	a, b := homeTenants(t)
 	gw1 := newGateway(t, urls, maxRuns, cfg, []string{a, b}) // starts tenant a, home shard 0
 	gw2 := newGateway(t, urls, maxRuns, cfg, []string{a, b}) // starts tenant b, home shard 1
@@ -366,7 +366,7 @@ func TestUsageAndAdmissionView(t *testing.T) {
 	ctx := context.Background()
 	urls := []string{testsvc.NewDBURL(t), testsvc.NewDBURL(t)}
 	a, b := homeTenants(t)
-	cfg := tenantcap.Config{Algorithm: tenantcap.Dynamic, TFM: 2}
+	cfg := tenantcap.Config{Algorithm: api.AlgorithmDynamic, TFM: 2}
 	g := newGateway(t, urls, 20, cfg, []string{a, b, "idle"})
 	for i := range 3 {
 		require.NoError(t, g.start(ctx, a, fmt.Sprintf("a-%d", i)))

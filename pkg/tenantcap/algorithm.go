@@ -9,27 +9,14 @@ import (
 	"github.com/harvest-run/harvest/pkg/api"
 )
 
-// Algorithm names how the per-tenant limit is computed (api.Algorithm).
-type Algorithm = api.Algorithm
-
-// The algorithms an administrator can choose from.
-const (
-	// NoLimit applies the system limit only.
-	NoLimit = api.AlgorithmNoLimit
-	// Static gives every registered tenant the same fixed share:
-	// floor(max_runs × TFM / tenants).
-	Static = api.AlgorithmStatic
-	// Dynamic lets a tenant hold fewer than TFM × (max_runs − total) runs,
-	// so the share shrinks as the system fills up.
-	Dynamic = api.AlgorithmDynamic
-)
-
 // Algorithms lists the algorithms in the order a user interface shows them.
-func Algorithms() []Algorithm { return []Algorithm{NoLimit, Static, Dynamic} }
+func Algorithms() []api.Algorithm {
+	return []api.Algorithm{api.AlgorithmNoLimit, api.AlgorithmStatic, api.AlgorithmDynamic}
+}
 
 // ParseAlgorithm reads an algorithm's API name; the error lists the known names.
-func ParseAlgorithm(s string) (Algorithm, error) {
-	a := Algorithm(s)
+func ParseAlgorithm(s string) (api.Algorithm, error) {
+	a := api.Algorithm(s)
 	if !a.Valid() {
 		return "", fmt.Errorf("unknown algorithm %q (want no_limit, static or dynamic)", s)
 	}
@@ -50,7 +37,7 @@ const DefaultScheduledShare = 0.25
 // the share of a tenant's budget its runs not due yet may take. The JSON
 // form is the one stored on shard 0 and carried over NATS.
 type Config struct {
-	Algorithm Algorithm `json:"algorithm"`
+	Algorithm api.Algorithm `json:"algorithm"`
 	// TFM is the tenant fairness multiplier. It is stored for every
 	// algorithm but no_limit ignores it.
 	TFM float64 `json:"tfm"`
@@ -73,7 +60,7 @@ func (c Config) Share() float64 {
 // DefaultConfig is in force until an administrator changes it: no_limit
 // with a TFM of 1, runs not due yet held to DefaultScheduledShare of a
 // tenant's budget.
-func DefaultConfig() Config { return Config{Algorithm: NoLimit, TFM: DefaultTFM} }
+func DefaultConfig() Config { return Config{Algorithm: api.AlgorithmNoLimit, TFM: DefaultTFM} }
 
 // Validate checks every field; the *api.Error names the field at fault.
 func (c Config) Validate() error {
@@ -106,7 +93,7 @@ func ValidateScheduledShare(v float64) error {
 // other tenant out until then.
 func ScheduledCap(cfg Config, maxRuns, tenants int) int {
 	budget := maxRuns
-	if cfg.Algorithm == Static {
+	if cfg.Algorithm == api.AlgorithmStatic {
 		budget, _ = Limit(cfg, maxRuns, tenants, 0)
 	}
 	x := cfg.Share() * float64(budget)
@@ -179,10 +166,10 @@ func clampLimit(x float64) int {
 //     holds).
 func Limit(cfg Config, maxRuns, tenants, totalRunning int) (limit int, limited bool) {
 	switch cfg.Algorithm {
-	case Static:
+	case api.AlgorithmStatic:
 		x := float64(maxRuns) * cfg.TFM / float64(max(tenants, 1))
 		return clampLimit(math.Floor(x + slack(x))), true
-	case Dynamic:
+	case api.AlgorithmDynamic:
 		spare := max(maxRuns-totalRunning, 0)
 		x := cfg.TFM * float64(spare)
 		if math.IsInf(x, 1) {
@@ -217,7 +204,7 @@ const DefaultRetryAfter = time.Second
 type Decision struct {
 	Admit     bool
 	Reason    Reason
-	Algorithm Algorithm
+	Algorithm api.Algorithm
 	TFM       float64
 	MaxRuns   int
 	Tenants   int
@@ -266,7 +253,7 @@ func (d Decision) Message() string {
 		who = "tenant " + d.Tenant
 	}
 	algo := string(d.Algorithm)
-	if d.Algorithm != NoLimit {
+	if d.Algorithm != api.AlgorithmNoLimit {
 		algo += " (tfm " + formatTFM(d.TFM) + ")"
 	}
 	switch d.Reason {

@@ -14,7 +14,7 @@ import (
 
 func TestDefaults(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, Config{Algorithm: NoLimit, TFM: 1}, DefaultConfig())
+	require.Equal(t, Config{Algorithm: api.AlgorithmNoLimit, TFM: 1}, DefaultConfig())
 	require.NoError(t, DefaultConfig().Validate())
 	s := DefaultSettings()
 	require.Equal(t, 128, s.MaxRuns)
@@ -26,7 +26,7 @@ func TestDefaults(t *testing.T) {
 func TestValidateNamesTheField(t *testing.T) {
 	t.Parallel()
 	for _, tfm := range []float64{0, -1, math.NaN(), math.Inf(1), math.Inf(-1), 1e-320, 1e-10} {
-		err := Config{Algorithm: Static, TFM: tfm}.Validate()
+		err := Config{Algorithm: api.AlgorithmStatic, TFM: tfm}.Validate()
 		var ae *api.Error
 		require.True(t, errors.As(err, &ae), "tfm %v", tfm)
 		require.Equal(t, "tfm", ae.Field)
@@ -61,7 +61,7 @@ func TestSpecExamples(t *testing.T) {
 	t.Parallel()
 	const maxRuns, tenants = 128, 8
 
-	static := Config{Algorithm: Static, TFM: 1}
+	static := Config{Algorithm: api.AlgorithmStatic, TFM: 1}
 	limit, limited := Limit(static, maxRuns, tenants, 0)
 	require.True(t, limited)
 	require.Equal(t, 16, limit, "128 runs, 8 tenants, TFM 1: 16 each")
@@ -70,14 +70,14 @@ func TestSpecExamples(t *testing.T) {
 	require.False(t, d.Admit)
 	require.Equal(t, ReasonTenant, d.Reason)
 
-	dyn := Config{Algorithm: Dynamic, TFM: 3}
+	dyn := Config{Algorithm: api.AlgorithmDynamic, TFM: 3}
 	// The specification prints 384 for this case, but its own formula
 	// gives 3 × 96 = 288 (384 would be 4 × 96, or 3 × 128). The formula is
 	// the contract, and the example's point stands either way: with the
 	// limit far above both tenants' counts, both get in.
 	limit, _ = Limit(dyn, maxRuns, tenants, 32)
 	require.Equal(t, 288, limit, "32 in flight: spare 96, limit 3 × 96")
-	limit, _ = Limit(Config{Algorithm: Dynamic, TFM: 4}, maxRuns, tenants, 32)
+	limit, _ = Limit(Config{Algorithm: api.AlgorithmDynamic, TFM: 4}, maxRuns, tenants, 32)
 	require.Equal(t, 384, limit, "the figure printed in the specification is TFM 4 × 96")
 	require.True(t, Decide(dyn, maxRuns, tenants, 32, 1).Admit)
 	require.True(t, Decide(dyn, maxRuns, tenants, 32, 29).Admit)
@@ -98,7 +98,7 @@ func TestSpecExamples(t *testing.T) {
 
 func TestNoLimitOnlySystemLimit(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Algorithm: NoLimit, TFM: 0.001}
+	cfg := Config{Algorithm: api.AlgorithmNoLimit, TFM: 0.001}
 	_, limited := Limit(cfg, 128, 8, 0)
 	require.False(t, limited)
 	require.True(t, Decide(cfg, 128, 8, 127, 127).Admit, "one tenant may use all of max_runs")
@@ -121,16 +121,16 @@ func TestSystemLimitHoldsUnderEveryAlgorithm(t *testing.T) {
 
 func TestStaticWithoutTenantsCountsOne(t *testing.T) {
 	t.Parallel()
-	limit, _ := Limit(Config{Algorithm: Static, TFM: 0.5}, 128, 0, 0)
+	limit, _ := Limit(Config{Algorithm: api.AlgorithmStatic, TFM: 0.5}, 128, 0, 0)
 	require.Equal(t, 64, limit)
-	limit, _ = Limit(Config{Algorithm: Static, TFM: 0.3}, 10, 1, 0)
+	limit, _ = Limit(Config{Algorithm: api.AlgorithmStatic, TFM: 0.3}, 10, 1, 0)
 	require.Equal(t, 3, limit, "0.3 × 10 is 3 despite binary rounding")
 }
 
 func TestDynamicRoundingAndBounds(t *testing.T) {
 	t.Parallel()
 	dyn := func(tfm float64, maxRuns, total int) int {
-		l, _ := Limit(Config{Algorithm: Dynamic, TFM: tfm}, maxRuns, 1, total)
+		l, _ := Limit(Config{Algorithm: api.AlgorithmDynamic, TFM: tfm}, maxRuns, 1, total)
 		return l
 	}
 	require.Equal(t, 3, dyn(0.1, 40, 10), "0.1 × 30 is 3 despite binary rounding")
@@ -153,14 +153,14 @@ func TestDecideMatchesTheRule(t *testing.T) {
 		total := rapid.IntRange(0, 2*maxRuns).Draw(t, "total")
 		own := rapid.IntRange(0, total).Draw(t, "own")
 
-		dyn := Decide(Config{Algorithm: Dynamic, TFM: tfm}, maxRuns, tenants, total, own)
+		dyn := Decide(Config{Algorithm: api.AlgorithmDynamic, TFM: tfm}, maxRuns, tenants, total, own)
 		spare := max(maxRuns-total, 0)
 		want := total < maxRuns && 4*own < quarters*spare
 		if dyn.Admit != want {
 			t.Fatalf("dynamic tfm %v max %d total %d own %d: admit %v, want %v", tfm, maxRuns, total, own, dyn.Admit, want)
 		}
 
-		st := Decide(Config{Algorithm: Static, TFM: tfm}, maxRuns, tenants, total, own)
+		st := Decide(Config{Algorithm: api.AlgorithmStatic, TFM: tfm}, maxRuns, tenants, total, own)
 		share := quarters * maxRuns / (4 * max(tenants, 1))
 		want = total < maxRuns && own < share
 		if st.Admit != want {
@@ -176,12 +176,12 @@ func TestParsePut(t *testing.T) {
 	t.Parallel()
 	p, err := ParsePut([]byte(`{"algorithm":"dynamic","tfm":3}`))
 	require.NoError(t, err)
-	require.Equal(t, Config{Algorithm: Dynamic, TFM: 3}, p.Apply(DefaultConfig()))
+	require.Equal(t, Config{Algorithm: api.AlgorithmDynamic, TFM: 3}, p.Apply(DefaultConfig()))
 
 	p, err = ParsePut([]byte(`{"tfm":2.5}`))
 	require.NoError(t, err)
 	require.Nil(t, p.Algorithm)
-	require.Equal(t, Config{Algorithm: NoLimit, TFM: 2.5}, p.Apply(DefaultConfig()))
+	require.Equal(t, Config{Algorithm: api.AlgorithmNoLimit, TFM: 2.5}, p.Apply(DefaultConfig()))
 
 	cases := []struct{ body, field, msg string }{
 		{`{"max_runs":256}`, "max_runs", "read-only"},

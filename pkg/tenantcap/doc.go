@@ -30,4 +30,33 @@
 //     crash, and the shard's total of them (shard_running) from the counts.
 //   - BuildAdmissionView and Admitter.Usage build the bodies of
 //     GET /v1/admission and GET /v1/usage; ParsePut reads PUT /v1/admission.
+//
+// # Where each part of admission lives
+//
+// This package is the one home of admission: every rule and every
+// decision is here. The algorithms are in algorithm.go, the rule a start
+// statement applies in rule.go, the hook the start path asks (Admission,
+// Hook, Ruler) in hook.go, the Admitter in admitter.go, the shard totals in
+// totals.go, the capacity leases in leases.go, the configuration in
+// settings.go, store.go and watcher.go, the priority ceilings in
+// priority.go, the recount in recount.go and the route bodies in view.go.
+// The wire types it takes and returns are pkg/api's (api.Algorithm and its
+// constants, api.AdmissionView, api.UsageView), used under those names.
+//
+// Outside it there is only wiring and the SQL side of the rule:
+//
+//   - internal/gateway/admission.go builds a gateway's Admitter, Totals,
+//     Leases and Watcher over its pools and runs them for the gateway's
+//     life, refuses new runs with 503 until the configuration was read
+//     from shard 0, counts decisions in the harvest.gateway.admission.decisions
+//     metric, and gives the committers a Hook that is also a Ruler;
+//   - internal/runstore (the committer and Retry) and internal/deferred
+//     ask that Hook inside the start transaction, by the names of this
+//     package (tenantcap.Hook, tenantcap.Admission, tenantcap.Ruler);
+//   - the start statement judges a group by the Rule in SQL:
+//     harvest_start_group.sql, harvest_admission_rule.sql,
+//     harvest_admission_decide.sql and harvest_admission_dynamic_limit.sql
+//     under internal/schema/functions, with the shard's admission lock
+//     (harvest_shard_admission_lock.sql) and lease
+//     (harvest_shard_lease.sql).
 package tenantcap

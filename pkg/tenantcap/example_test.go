@@ -3,6 +3,7 @@ package tenantcap_test
 import (
 	"fmt"
 
+	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
@@ -11,12 +12,12 @@ import (
 // TFM 3 and 120 runs in flight a tenant's limit is 24, so a tenant holding
 // 29 is refused while one holding 1 is admitted.
 func ExampleDecide() {
-	static := tenantcap.Config{Algorithm: tenantcap.Static, TFM: 1}
+	static := tenantcap.Config{Algorithm: api.AlgorithmStatic, TFM: 1}
 	limit, _ := tenantcap.Limit(static, 128, 8, 40)
 	d := tenantcap.Decide(static, 128, 8, 40, 16)
 	fmt.Println("static:", limit, d.Admit, d.Reason)
 
-	dynamic := tenantcap.Config{Algorithm: tenantcap.Dynamic, TFM: 3}
+	dynamic := tenantcap.Config{Algorithm: api.AlgorithmDynamic, TFM: 3}
 	limit, _ = tenantcap.Limit(dynamic, 128, 8, 120)
 	heavy := tenantcap.Decide(dynamic, 128, 8, 120, 29)
 	light := tenantcap.Decide(dynamic, 128, 8, 120, 1)

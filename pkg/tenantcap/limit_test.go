@@ -3,6 +3,7 @@ package tenantcap
 import (
 	"testing"
 
+	"github.com/harvest-run/harvest/pkg/api"
 	"pgregory.net/rapid"
 )
 
@@ -13,7 +14,7 @@ func TestLimitDoesNotGrowWithTotal(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := Config{
-			Algorithm: rapid.SampledFrom([]Algorithm{NoLimit, Static, Dynamic}).Draw(t, "algorithm"),
+			Algorithm: rapid.SampledFrom([]api.Algorithm{api.AlgorithmNoLimit, api.AlgorithmStatic, api.AlgorithmDynamic}).Draw(t, "algorithm"),
 			TFM:       rapid.Float64Range(0.001, 50).Draw(t, "tfm"),
 		}
 		maxRuns := rapid.IntRange(1, 100_000).Draw(t, "max")

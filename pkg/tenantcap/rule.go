@@ -3,6 +3,8 @@ package tenantcap
 import (
 	"context"
 	"time"
+
+	"github.com/harvest-run/harvest/pkg/api"
 )
 
 // ReasonLease is not a refusal a caller sees: Rule.Judge's word for a
@@ -149,7 +151,7 @@ func (r Rule) Params() RuleParams {
 		Leased:       r.Leased,
 		ScheduledCap: int64(r.ScheduledCap()),
 	}
-	if r.Config.Algorithm == Static {
+	if r.Config.Algorithm == api.AlgorithmStatic {
 		limit, _ := Limit(r.Config, r.MaxRuns, r.Tenants, 0)
 		p.StaticLimit = int64(limit)
 	}

@@ -87,7 +87,7 @@ func decodeStored(raw []byte) (Config, error) {
 
 // Patch is a change to the configuration: nil fields stay as they are.
 type Patch struct {
-	Algorithm      *Algorithm
+	Algorithm      *api.Algorithm
 	TFM            *float64
 	ScheduledShare *float64
 	// MaxRuns is the system limit (HARVEST_MAX_RUNS) a new TFM is checked
@@ -270,7 +270,7 @@ func ParsePut(body []byte) (Patch, error) {
 			if err := json.Unmarshal(raw, &s); err != nil {
 				return Patch{}, api.Invalid("algorithm", "algorithm must be a string: no_limit, static or dynamic")
 			}
-			a := Algorithm(s)
+			a := api.Algorithm(s)
 			p.Algorithm = &a
 		case "tfm":
 			var v float64

@@ -46,7 +46,7 @@ func TestConfigPersistsAndIsAudited(t *testing.T) {
 	require.Equal(t, DefaultConfig(), cur.Config)
 	require.True(t, cur.UpdatedAt.IsZero())
 
-	cur, err = SetConfig(ctx, db, "admin:alice", Config{Algorithm: Dynamic, TFM: 3})
+	cur, err = SetConfig(ctx, db, "admin:alice", Config{Algorithm: api.AlgorithmDynamic, TFM: 3})
 	require.NoError(t, err)
 	require.Equal(t, "admin:alice", cur.UpdatedBy)
 	require.False(t, cur.UpdatedAt.IsZero())
@@ -54,7 +54,7 @@ func TestConfigPersistsAndIsAudited(t *testing.T) {
 	// Only the TFM: the algorithm stays.
 	cur, err = ApplyPut(ctx, db, "admin:bob", []byte(`{"tfm": 2.5}`), 0)
 	require.NoError(t, err)
-	require.Equal(t, Config{Algorithm: Dynamic, TFM: 2.5}, cur.Config)
+	require.Equal(t, Config{Algorithm: api.AlgorithmDynamic, TFM: 2.5}, cur.Config)
 
 	// Refusals change nothing and are audited.
 	_, err = ApplyPut(ctx, db, "admin:bob", []byte(`{"max_runs": 500}`), 0)
@@ -111,7 +111,7 @@ func TestWatcherSeesChangeOverNATS(t *testing.T) {
 		t.Cleanup(nc.Close)
 		conns[i] = nc
 	}
-	_, err := SetConfig(ctx, db, "admin:alice", Config{Algorithm: Static, TFM: 2})
+	_, err := SetConfig(ctx, db, "admin:alice", Config{Algorithm: api.AlgorithmStatic, TFM: 2})
 	require.NoError(t, err)
 
 	// Both gateways start with the persisted value; the periodic reload is
@@ -121,7 +121,7 @@ func TestWatcherSeesChangeOverNATS(t *testing.T) {
 		w := NewWatcher(WatcherOptions{Shard0: db, NATS: conns[i], Prefix: prefix, Reload: time.Hour})
 		require.NoError(t, w.Start(ctx))
 		t.Cleanup(w.Stop)
-		require.Equal(t, Config{Algorithm: Static, TFM: 2}, w.Config())
+		require.Equal(t, Config{Algorithm: api.AlgorithmStatic, TFM: 2}, w.Config())
 		watchers[i] = w
 	}
 
@@ -151,7 +151,7 @@ func TestWatcherFallsBackToPeriodicReload(t *testing.T) {
 	require.Equal(t, DefaultConfig(), w.Config())
 
 	// Nobody announces this change: the reload alone must bring it.
-	cur, err := SetConfig(ctx, db, "cli:root", Config{Algorithm: Static, TFM: 0.5})
+	cur, err := SetConfig(ctx, db, "cli:root", Config{Algorithm: api.AlgorithmStatic, TFM: 0.5})
 	require.NoError(t, err)
 	select {
 	case got := <-changes:

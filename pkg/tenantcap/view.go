@@ -11,17 +11,11 @@ import (
 	"github.com/harvest-run/harvest/pkg/api"
 )
 
-// AdmissionView is the body of GET and PUT /v1/admission (api.AdmissionView).
-type AdmissionView = api.AdmissionView
-
-// UsageView is the body of GET /v1/usage (api.UsageView).
-type UsageView = api.UsageView
-
 // BuildAdmissionView reads every shard's per-tenant counts (fresh, not
 // from the cache) and assembles the GET /v1/admission body for cur and
 // the tenants' priority ceilings. It fails only when no shard answers.
-func BuildAdmissionView(ctx context.Context, shardDBs []DB, cur Current, ceilings Ceilings, maxRuns int, tenants []string) (AdmissionView, error) {
-	v := AdmissionView{
+func BuildAdmissionView(ctx context.Context, shardDBs []DB, cur Current, ceilings Ceilings, maxRuns int, tenants []string) (api.AdmissionView, error) {
+	v := api.AdmissionView{
 		Algorithm: cur.Algorithm, TFM: cur.TFM, MaxRuns: maxRuns, MaxRunsReadOnly: true,
 		Tenants: len(tenants), Running: map[string]int{}, UpdatedBy: cur.UpdatedBy,
 		ScheduledShare: cur.Share(), ScheduledCap: ScheduledCap(cur.Config, maxRuns, len(tenants)),
@@ -34,11 +28,12 @@ func BuildAdmissionView(ctx context.Context, shardDBs []DB, cur Current, ceiling
 		v.Running[t] = 0
 	}
 	var errs []error
-	for _, a := range shards.Each(ctx, shardDBs, nil, 0, func(ctx context.Context, _ int, db DB) (map[string]int, error) {
+	answers := shards.Each(ctx, shardDBs, nil, 0, func(ctx context.Context, _ int, db DB) (map[string]int, error) {
 		return runningByTenant(ctx, db)
-	}) {
+	})
+	v.UnavailableShards = shards.Unavailable(answers)
+	for _, a := range answers {
 		if a.Err != nil {
-			v.UnavailableShards = append(v.UnavailableShards, a.Shard)
 			errs = append(errs, a.Err)
 			continue
 		}
@@ -48,7 +43,7 @@ func BuildAdmissionView(ctx context.Context, shardDBs []DB, cur Current, ceiling
 		}
 	}
 	if len(shardDBs) > 0 && len(v.UnavailableShards) == len(shardDBs) {
-		return AdmissionView{}, fmt.Errorf("tenantcap: no shard answered: %w", errors.Join(errs...))
+		return api.AdmissionView{}, fmt.Errorf("tenantcap: no shard answered: %w", errors.Join(errs...))
 	}
 	if limit, limited := Limit(cur.Config, maxRuns, len(tenants), v.RunningTotal); limited {
 		v.Limit = &limit
@@ -78,14 +73,14 @@ func runningByTenant(ctx context.Context, db DB) (map[string]int, error) {
 // (the home shard's exact count and the others' cached ones). Admit
 // reaches the same limit once its shard's lease covers it (see Check).
 // The ceiling is ceilings' for the tenant.
-func (a *Admitter) Usage(ctx context.Context, home DB, shard int, tenant string, ceilings Ceilings) (UsageView, error) {
+func (a *Admitter) Usage(ctx context.Context, home DB, shard int, tenant string, ceilings Ceilings) (api.UsageView, error) {
 	var own, local, lease int64
 	if err := home.QueryRow(ctx, sqlAdmitRead, tenant).Scan(&own, &local, &lease); err != nil {
-		return UsageView{}, fmt.Errorf("tenantcap: read usage: %w", err)
+		return api.UsageView{}, fmt.Errorf("tenantcap: read usage: %w", err)
 	}
 	cfg := a.config()
 	others, _ := a.totals.Others(shard)
-	u := UsageView{Tenant: tenant, Algorithm: cfg.Algorithm, Running: int(own), MaxRuns: a.maxRuns,
+	u := api.UsageView{Tenant: tenant, Algorithm: cfg.Algorithm, Running: int(own), MaxRuns: a.maxRuns,
 		MaxPriority: ceilings.MaxPriority(tenant), ScheduledCap: ScheduledCap(cfg, a.maxRuns, len(a.tenants()))}
 	if limit, limited := Limit(cfg, a.maxRuns, len(a.tenants()), int(local)+others); limited {
 		u.Limit = &limit

@@ -18,6 +18,11 @@
 //     body. Their error is non-nil only for invalid arguments (an
 //     *api.Error with status 400), before any shard is touched.
 //
+// The answers and bodies are pkg/api's wire types, under the names pkg/api
+// gives them (api.WeightWriteResult, api.Quota, api.QuotaReadResult,
+// api.KeysResult, api.ShardOutcome, ...): a client reads them without
+// linking this package and its database driver, and grep finds every use.
+//
 // The claim reads weights and quotas at each claim, so a change applies at
 // the next claim without any signal; the change event published with
 // WithNATS is only a hint for caches.

@@ -1,14 +1,10 @@
 package weights
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/harvest-run/harvest/internal/dberr"
 )
 
 // Sentinel errors of the one-shard functions. Wrapped errors keep the
@@ -20,9 +16,12 @@ var (
 	// written by the same statement; on a pool it is committed, inside a
 	// transaction of yours it is kept only if you commit.
 	ErrCapReached = errors.New("weights: override cap reached")
-	// ErrUnavailable: the shard could not be reached or did not answer in
-	// time. Nothing is known to have changed; sending the same write again
-	// is safe.
+	// ErrUnavailable: the shard could not be reached, did not answer in
+	// time, or answered that it cannot serve now (shutting down, read-only
+	// after a switchover, out of connections or other resources): what
+	// internal/dberr calls Unavailable, and the gateway answers 503 for.
+	// Nothing is known to have changed; sending the same write again is
+	// safe.
 	ErrUnavailable = errors.New("weights: shard unavailable")
 	// ErrNotMigrated: the shard lacks the schema this package needs (run
 	// harvest migrate).
@@ -32,60 +31,32 @@ var (
 	ErrRetry = errors.New("weights: conflict with a concurrent writer, send again")
 )
 
-// SQLSTATE codes and constraint names this package interprets.
-const (
-	codeCheckViolation      = "23514"
-	codeUndefinedFunction   = "42883"
-	codeUndefinedTable      = "42P01"
-	codeDeadlock            = "40P01"
-	codeSerialization       = "40001"
-	codeTooManyConnections  = "53300"
-	codeAdminShutdown       = "57P01"
-	codeCrashShutdown       = "57P02"
-	codeCannotConnectNow    = "57P03"
-	codeReadOnly            = "25006" // a primary demoted under the connection
-	classConnectionFailures = "08"
-	constraintOverrideCap   = "weight_override_cap"
-)
+// constraintOverrideCap is the check that refuses an override past
+// MaxOverrides (its SQLSTATE is dberr.CodeCheckViolation).
+const constraintOverrideCap = "weight_override_cap"
 
 // mapError is the one place where database and network errors become this
-// package's errors.
+// package's errors. The codes and classes are internal/dberr's, so that a
+// shard is unavailable here exactly when the gateway answers 503 for it.
 func mapError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
+	if pe := dberr.PgError(err); pe != nil {
 		switch {
-		case pe.Code == codeCheckViolation && pe.ConstraintName == constraintOverrideCap:
+		case pe.Code == dberr.CodeCheckViolation && pe.ConstraintName == constraintOverrideCap:
 			return fmt.Errorf("weights: %s: %w", op, ErrCapReached)
-		case pe.Code == codeUndefinedFunction || pe.Code == codeUndefinedTable:
+		case pe.Code == dberr.CodeUndefinedFunction || pe.Code == dberr.CodeUndefinedTable:
 			return fmt.Errorf("weights: %s: %w (%s)", op, ErrNotMigrated, pe.Message)
-		case pe.Code == codeDeadlock || pe.Code == codeSerialization:
+		case dberr.Conflict(err):
 			return fmt.Errorf("weights: %s: %w", op, ErrRetry)
-		case pe.Code == codeTooManyConnections || pe.Code == codeAdminShutdown ||
-			pe.Code == codeCrashShutdown || pe.Code == codeCannotConnectNow || pe.Code == codeReadOnly ||
-			strings.HasPrefix(pe.Code, classConnectionFailures):
+		case dberr.Unavailable(err):
 			return fmt.Errorf("weights: %s: %w: %s", op, ErrUnavailable, pe.Message)
 		}
 		return fmt.Errorf("weights: %s: %w", op, err)
 	}
-	if unreachable(err) {
+	if dberr.Unavailable(err) {
 		return fmt.Errorf("weights: %s: %w: %v", op, ErrUnavailable, err)
 	}
 	return fmt.Errorf("weights: %s: %w", op, err)
-}
-
-// unreachable reports whether err means that the shard did not answer, as
-// opposed to answering with an error.
-func unreachable(err error) bool {
-	var ce *pgconn.ConnectError
-	var ne net.Error
-	return errors.As(err, &ce) ||
-		errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, context.Canceled) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) ||
-		pgconn.Timeout(err) ||
-		errors.As(err, &ne)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	routing "github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/fairkeys"
 )
@@ -144,13 +145,10 @@ func SetFairness(ctx context.Context, shards []Shard, actor, queue string, req a
 		f, changed, err := FairnessSetOne(ctx, db, actor, queue, req)
 		return set{f, changed}, err
 	})
-	out := api.QueueFairnessResult{Queue: queue, Shards: []api.QueueFairnessShard{}, UnavailableShards: []int{}}
+	out := api.QueueFairnessResult{Queue: queue, Shards: []api.QueueFairnessShard{}, UnavailableShards: routing.Unavailable(res)}
 	for _, r := range res {
 		out.Shards = append(out.Shards, api.QueueFairnessShard{ShardOutcome: outcomeOf(r.Shard, r.Err),
 			Fairness: r.Value.f, Changed: r.Value.changed})
-		if r.Err != nil {
-			out.UnavailableShards = append(out.UnavailableShards, r.Shard)
-		}
 	}
 	return out, nil
 }
@@ -179,12 +177,9 @@ func Fairness(ctx context.Context, shards []Shard, queue string, opts ...Option)
 		f.GroupWeights, _ = ownedOnly(f.GroupWeights, nil, o.owner, func(g api.GroupWeight) string { return g.Group })
 		return f, nil
 	})
-	out := api.QueueFairnessResult{Queue: queue, Shards: []api.QueueFairnessShard{}, UnavailableShards: []int{}}
+	out := api.QueueFairnessResult{Queue: queue, Shards: []api.QueueFairnessShard{}, UnavailableShards: routing.Unavailable(res)}
 	for _, r := range res {
 		out.Shards = append(out.Shards, api.QueueFairnessShard{ShardOutcome: outcomeOf(r.Shard, r.Err), Fairness: r.Value})
-		if r.Err != nil {
-			out.UnavailableShards = append(out.UnavailableShards, r.Shard)
-		}
 	}
 	return out, nil
 }
@@ -218,12 +213,9 @@ func SetGroupWeight(ctx context.Context, shards []Shard, actor, queue, group str
 		}
 		return old, nil
 	})
-	out := api.GroupWeightResult{Queue: queue, Group: group, Weight: weight, Shards: []api.GroupWeightShard{}, UnavailableShards: []int{}}
+	out := api.GroupWeightResult{Queue: queue, Group: group, Weight: weight, Shards: []api.GroupWeightShard{}, UnavailableShards: routing.Unavailable(res)}
 	for _, r := range res {
 		out.Shards = append(out.Shards, api.GroupWeightShard{ShardOutcome: outcomeOf(r.Shard, r.Err), OldWeight: r.Value})
-		if r.Err != nil {
-			out.UnavailableShards = append(out.UnavailableShards, r.Shard)
-		}
 	}
 	return out, nil
 }

@@ -19,7 +19,7 @@ import (
 
 // Shard is one shard of the fleet: its index in HARVEST_SHARDS and a pool
 // (or connection) on it. A pool for an unreachable shard is fine: its
-// writes come back as OutcomeUnavailable.
+// writes come back as api.ShardOutcomeUnavailable.
 type Shard struct {
 	Index int
 	DB    DB
@@ -87,28 +87,29 @@ func collect(opts []Option) options {
 // call runs fn on every shard at once, each under the shard timeout, and
 // returns the answers in shard order (the module's one fan-out,
 // internal/shards.Each).
-func call[T any](ctx context.Context, shards []Shard, o options, fn func(ctx context.Context, db DB) (T, error)) []called[T] {
+func call[T any](ctx context.Context, shards []Shard, o options, fn func(ctx context.Context, db DB) (T, error)) []routing.Answer[T] {
 	return routing.Each(ctx, shards, func(_ int, s Shard) int { return s.Index }, o.timeout,
 		func(ctx context.Context, _ int, s Shard) (T, error) { return fn(ctx, s.DB) })
 }
 
-type called[T any] = routing.Answer[T]
-
-func outcomeOf(shard int, err error) ShardOutcome {
-	so := ShardOutcome{Shard: shard, Outcome: OutcomeOK}
+// outcomeOf is the wire form of one shard's answer (a routing.Answer's
+// shard and error): the one place a shard's error becomes the outcome the
+// API, the console and the CLI show for it.
+func outcomeOf(shard int, err error) api.ShardOutcome {
+	so := api.ShardOutcome{Shard: shard, Outcome: api.ShardOutcomeOK}
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrCapReached):
-		so.Outcome, so.Message = OutcomeCapReached, err.Error()
+		so.Outcome, so.Message = api.ShardOutcomeCapReached, err.Error()
 	case errors.Is(err, ErrUnavailable):
-		so.Outcome, so.Message = OutcomeUnavailable, err.Error()
+		so.Outcome, so.Message = api.ShardOutcomeUnavailable, err.Error()
 	default:
-		so.Outcome, so.Message = OutcomeError, err.Error()
+		so.Outcome, so.Message = api.ShardOutcomeError, err.Error()
 	}
 	return so
 }
 
-func shardList(shards []ShardOutcome, outcome ...string) string {
+func shardList(shards []api.ShardOutcome, outcome ...string) string {
 	var n []string
 	for _, s := range shards {
 		for _, o := range outcome {
@@ -121,29 +122,29 @@ func shardList(shards []ShardOutcome, outcome ...string) string {
 }
 
 // writeMessage explains a write's answer and what to do next.
-func writeMessage(what string, shards []ShardOutcome) string {
+func writeMessage(what string, shards []api.ShardOutcome) string {
 	ok := 0
 	for _, s := range shards {
-		if s.Outcome == OutcomeOK {
+		if s.Outcome == api.ShardOutcomeOK {
 			ok++
 		}
 	}
-	switch (WriteResult{Shards: shards}).Status() {
+	switch (api.WeightWriteResult{Shards: shards}).Status() {
 	case http.StatusOK:
 		return fmt.Sprintf("%s on all %d shards", what, len(shards))
 	case http.StatusConflict:
 		m := fmt.Sprintf("refused on shard %s: the queue holds %d overrides there, the most allowed; clear an override on that shard first, then send this request again",
-			shardList(shards, OutcomeCapReached), MaxOverrides)
+			shardList(shards, api.ShardOutcomeCapReached), MaxOverrides)
 		if ok > 0 {
-			m += fmt.Sprintf(" (shard %s took it already)", shardList(shards, OutcomeOK))
+			m += fmt.Sprintf(" (shard %s took it already)", shardList(shards, api.ShardOutcomeOK))
 		}
-		if rest := shardList(shards, OutcomeUnavailable, OutcomeError); rest != "" {
+		if rest := shardList(shards, api.ShardOutcomeUnavailable, api.ShardOutcomeError); rest != "" {
 			m += fmt.Sprintf("; shard %s did not answer", rest)
 		}
 		return m
 	case http.StatusMultiStatus:
 		return fmt.Sprintf("%s on %d of %d shards; shard %s did not take it: send the same request again to bring every shard to the same setting",
-			what, ok, len(shards), shardList(shards, OutcomeUnavailable, OutcomeError))
+			what, ok, len(shards), shardList(shards, api.ShardOutcomeUnavailable, api.ShardOutcomeError))
 	default:
 		return "no shard took the write, nothing changed: send the same request again when the shards are back"
 	}
@@ -153,21 +154,21 @@ func writeMessage(what string, shards []ShardOutcome) string {
 // non-nil only for invalid arguments (an *api.Error, status 400), in which
 // case no shard was written; every shard's fate is in the result. Writes
 // are idempotent, so a retry after a 207 converges.
-func Set(ctx context.Context, shards []Shard, actor, queue, key string, weight float64, opts ...Option) (WriteResult, error) {
+func Set(ctx context.Context, shards []Shard, actor, queue, key string, weight float64, opts ...Option) (api.WeightWriteResult, error) {
 	if err := validateWeightWrite(actor, queue, key); err != nil {
-		return WriteResult{}, err
+		return api.WeightWriteResult{}, err
 	}
 	if err := ValidateWeight(weight); err != nil {
-		return WriteResult{}, err
+		return api.WeightWriteResult{}, err
 	}
 	if err := checkShards(shards); err != nil {
-		return WriteResult{}, err
+		return api.WeightWriteResult{}, err
 	}
 	o := collect(opts)
 	res := call(ctx, shards, o, func(ctx context.Context, db DB) (Change, error) {
 		return SetOne(ctx, db, actor, queue, key, weight)
 	})
-	out := WriteResult{Queue: queue, Key: key, Weight: &weight}
+	out := api.WeightWriteResult{Queue: queue, Key: key, Weight: &weight}
 	for _, r := range res {
 		out.Shards = append(out.Shards, outcomeOf(r.Shard, r.Err))
 	}
@@ -178,18 +179,18 @@ func Set(ctx context.Context, shards []Shard, actor, queue, key string, weight f
 
 // Clear removes the override of (queue, key) on every shard; the answer
 // follows the rules of Set (without the cap).
-func Clear(ctx context.Context, shards []Shard, actor, queue, key string, opts ...Option) (WriteResult, error) {
+func Clear(ctx context.Context, shards []Shard, actor, queue, key string, opts ...Option) (api.WeightWriteResult, error) {
 	if err := validateWeightWrite(actor, queue, key); err != nil {
-		return WriteResult{}, err
+		return api.WeightWriteResult{}, err
 	}
 	if err := checkShards(shards); err != nil {
-		return WriteResult{}, err
+		return api.WeightWriteResult{}, err
 	}
 	o := collect(opts)
 	res := call(ctx, shards, o, func(ctx context.Context, db DB) (Change, error) {
 		return ClearOne(ctx, db, actor, queue, key)
 	})
-	out := WriteResult{Queue: queue, Key: key}
+	out := api.WeightWriteResult{Queue: queue, Key: key}
 	for _, r := range res {
 		out.Shards = append(out.Shards, outcomeOf(r.Shard, r.Err))
 	}
@@ -205,12 +206,12 @@ func checkShards(shards []Shard) error {
 	return nil
 }
 
-func (o options) publish(ctx context.Context, shards []ShardOutcome, queue, key, kind string) error {
+func (o options) publish(ctx context.Context, shards []api.ShardOutcome, queue, key, kind string) error {
 	if o.nc == nil {
 		return nil
 	}
 	for _, s := range shards {
-		if s.Outcome == OutcomeOK {
+		if s.Outcome == api.ShardOutcomeOK {
 			return dispatch.Publish(ctx, o.nc, o.subjects.Weights(queue),
 				dispatch.WeightEvent{Queue: queue, Key: key, Kind: kind})
 		}
@@ -219,28 +220,27 @@ func (o options) publish(ctx context.Context, shards []ShardOutcome, queue, key,
 }
 
 // Get reads the overrides of queue from every shard and compares them.
-func Get(ctx context.Context, shards []Shard, queue string, opts ...Option) (ReadResult, error) {
+func Get(ctx context.Context, shards []Shard, queue string, opts ...Option) (api.WeightReadResult, error) {
 	if err := ValidateQueue(queue); err != nil {
-		return ReadResult{}, err
+		return api.WeightReadResult{}, err
 	}
 	if err := checkShards(shards); err != nil {
-		return ReadResult{}, err
+		return api.WeightReadResult{}, err
 	}
 	o := collect(opts)
-	res := call(ctx, shards, o, func(ctx context.Context, db DB) ([]Override, error) {
+	res := call(ctx, shards, o, func(ctx context.Context, db DB) ([]api.WeightOverride, error) {
 		all, err := List(ctx, db, queue)
-		return ownedOnly(all, err, o.owner, func(ov Override) string { return ov.Key })
+		return ownedOnly(all, err, o.owner, func(ov api.WeightOverride) string { return ov.Key })
 	})
-	out := ReadResult{Queue: queue, Overrides: []Override{}, WeightsUniform: true, UnavailableShards: []int{}}
+	out := api.WeightReadResult{Queue: queue, Overrides: []api.WeightOverride{}, WeightsUniform: true, UnavailableShards: routing.Unavailable(res)}
 	// Every key any answering shard holds, with each shard's weight.
 	per := map[string]map[int]float64{}
 	var answered []int
-	detail := make([]ShardWeights, len(res))
+	detail := make([]api.ShardWeights, len(res))
 	for i, r := range res {
 		so := outcomeOf(r.Shard, r.Err)
-		detail[i] = ShardWeights{Shard: r.Shard, Outcome: so.Outcome, Message: so.Message, Differing: []KeyWeight{}}
+		detail[i] = api.ShardWeights{Shard: r.Shard, Outcome: so.Outcome, Message: so.Message, Differing: []api.KeyWeight{}}
 		if r.Err != nil {
-			out.UnavailableShards = append(out.UnavailableShards, r.Shard)
 			continue
 		}
 		answered = append(answered, i)
@@ -270,12 +270,12 @@ func Get(ctx context.Context, shards []Shard, queue string, opts ...Option) (Rea
 			}
 		}
 		if agree {
-			out.Overrides = append(out.Overrides, Override{Key: k, Weight: first})
+			out.Overrides = append(out.Overrides, api.WeightOverride{Key: k, Weight: first})
 			continue
 		}
 		out.WeightsUniform = false
 		for _, i := range answered {
-			kw := KeyWeight{Key: k}
+			kw := api.KeyWeight{Key: k}
 			if w, ok := ws[i]; ok {
 				kw.Weight = &w
 			}

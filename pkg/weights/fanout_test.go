@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/internal/testsvc"
+	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/dispatch"
 	"github.com/harvest-run/harvest/pkg/weights"
@@ -47,7 +48,7 @@ func TestPartialWriteAndConvergence(t *testing.T) {
 	require.Equal(t, http.StatusOK, read.Status())
 	require.Equal(t, []int{1}, read.UnavailableShards)
 	require.True(t, read.WeightsUniform, "the answering shards agree")
-	require.Equal(t, []weights.Override{{Key: "tenant-42", Weight: 4}}, stripMeta(read.Overrides))
+	require.Equal(t, []api.WeightOverride{{Key: "tenant-42", Weight: 4}}, stripMeta(read.Overrides))
 	require.Len(t, read.Shards, 2)
 	require.Equal(t, "unavailable", read.Shards[1].Outcome)
 
@@ -64,8 +65,8 @@ func TestPartialWriteAndConvergence(t *testing.T) {
 	require.Empty(t, read.UnavailableShards)
 	require.Empty(t, read.Overrides, "no key is agreed on")
 	require.Len(t, read.Shards, 2)
-	require.Equal(t, []weights.KeyWeight{{Key: "tenant-42", Weight: ptr(4.0)}, {Key: "tenant-7"}}, read.Shards[0].Differing)
-	require.Equal(t, []weights.KeyWeight{{Key: "tenant-42"}, {Key: "tenant-7", Weight: ptr(2.0)}}, read.Shards[1].Differing)
+	require.Equal(t, []api.KeyWeight{{Key: "tenant-42", Weight: ptr(4.0)}, {Key: "tenant-7"}}, read.Shards[0].Differing)
+	require.Equal(t, []api.KeyWeight{{Key: "tenant-42"}, {Key: "tenant-7", Weight: ptr(2.0)}}, read.Shards[1].Differing)
 	body, err = json.Marshal(read)
 	require.NoError(t, err)
 	require.Contains(t, string(body), `"weights_uniform":false`)
@@ -83,7 +84,7 @@ func TestPartialWriteAndConvergence(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, read.WeightsUniform)
 	require.Empty(t, read.Shards, "no detail when uniform and complete")
-	require.Equal(t, []weights.Override{{Key: "tenant-42", Weight: 4}, {Key: "tenant-7", Weight: 2}}, stripMeta(read.Overrides))
+	require.Equal(t, []api.WeightOverride{{Key: "tenant-42", Weight: 4}, {Key: "tenant-7", Weight: 2}}, stripMeta(read.Overrides))
 	body, err = json.Marshal(read)
 	require.NoError(t, err)
 	require.JSONEq(t, `{"queue":"shared","overrides":[{"key":"tenant-42","weight":4},{"key":"tenant-7","weight":2}],
@@ -104,10 +105,10 @@ func TestPartialWriteAndConvergence(t *testing.T) {
 	require.Len(t, auditRows(t, b), 4)
 }
 
-func stripMeta(in []weights.Override) []weights.Override {
-	out := make([]weights.Override, len(in))
+func stripMeta(in []api.WeightOverride) []api.WeightOverride {
+	out := make([]api.WeightOverride, len(in))
 	for i, o := range in {
-		out[i] = weights.Override{Key: o.Key, Weight: o.Weight}
+		out[i] = api.WeightOverride{Key: o.Key, Weight: o.Weight}
 	}
 	return out
 }
@@ -181,7 +182,7 @@ func TestChangeEventPublished(t *testing.T) {
 	require.NoError(t, json.Unmarshal(msg.Data, &ev))
 	require.Equal(t, dispatch.WeightEvent{Queue: "orders.eu", Key: "k", Kind: "weight"}, ev)
 
-	qres, err := weights.SetQuota(ctx, shardsOf(db), "ops", "orders.eu", "acme", weights.Quota{MaxConcurrent: ptr(2)}, weights.WithNATS(nc, subj))
+	qres, err := weights.SetQuota(ctx, shardsOf(db), "ops", "orders.eu", "acme", api.Quota{MaxConcurrent: ptr(2)}, weights.WithNATS(nc, subj))
 	require.NoError(t, err)
 	require.Equal(t, 200, qres.Status())
 	msg, err = sub.NextMsg(5 * time.Second)
@@ -203,7 +204,7 @@ func TestQuotaFanoutAndRecheck(t *testing.T) {
 	ctx := testCtx(t)
 	a := testsvc.NewDB(t)
 	dead := deadPool(t)
-	q := weights.Quota{MaxConcurrent: ptr(1), Rate: ptr(100.0), Burst: ptr(10.0)}
+	q := api.Quota{MaxConcurrent: ptr(1), Rate: ptr(100.0), Burst: ptr(10.0)}
 	res, err := weights.SetQuota(ctx, shardsOf(a, dead), "ops", "jobs", "acme", q)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusMultiStatus, res.Status())
@@ -226,7 +227,7 @@ func TestQuotaFanoutAndRecheck(t *testing.T) {
 	read, err = weights.GetQuota(ctx, shardsOf(a, b), "jobs", "")
 	require.NoError(t, err)
 	require.False(t, read.QuotasUniform)
-	require.Equal(t, weights.Quota{}, read.Shards[1].Quotas[0].Quota, "shard 1 has no quota: all null")
+	require.Equal(t, api.Quota{}, read.Shards[1].Quotas[0].Quota, "shard 1 has no quota: all null")
 	res, err = weights.SetQuota(ctx, shardsOf(a, b), "ops", "jobs", "acme", q)
 	require.NoError(t, err)
 	require.Equal(t, 200, res.Status())
@@ -245,7 +246,7 @@ func TestQuotaFanoutAndRecheck(t *testing.T) {
 	require.False(t, r2.OK)
 	require.Equal(t, claim.ReasonConcurrencyCap, r2.Refused[0].Reason)
 	// Raise the cap: the very next claim takes a second task.
-	res, err = weights.SetQuota(ctx, shardsOf(a), "ops", "jobs", "acme", weights.Quota{MaxConcurrent: ptr(2)})
+	res, err = weights.SetQuota(ctx, shardsOf(a), "ops", "jobs", "acme", api.Quota{MaxConcurrent: ptr(2)})
 	require.NoError(t, err)
 	require.Equal(t, 200, res.Status())
 	r3, err := claim.Claim(ctx, a, claim.Request{Queue: "jobs", Worker: "w"})
@@ -286,7 +287,7 @@ func TestKeysView(t *testing.T) {
 	require.Equal(t, "unavailable", res.Shards[1].Outcome)
 	s := res.Shards[0]
 	require.Equal(t, "ok", s.Outcome)
-	byKey := map[string]weights.KeyView{}
+	byKey := map[string]api.KeyView{}
 	for _, k := range s.Keys {
 		byKey[k.Key] = k
 	}

@@ -52,7 +52,7 @@ const (
 
 // Change is what one shard did with a weight write.
 type Change struct {
-	// Outcome is OutcomeOK or OutcomeCapReached.
+	// Outcome is api.ShardOutcomeOK or api.ShardOutcomeCapReached.
 	Outcome string
 	// Old is the override before the write (nil: there was none).
 	Old *float64
@@ -78,7 +78,7 @@ func SetOne(ctx context.Context, db DB, actor, queue, key string, weight float64
 	if err != nil {
 		return Change{}, mapError("set weight", err)
 	}
-	if c.Outcome == OutcomeCapReached {
+	if c.Outcome == api.ShardOutcomeCapReached {
 		return c, fmt.Errorf("weights: set weight: %w: queue %q holds %d overrides, the most allowed; clear one first",
 			ErrCapReached, queue, c.Overrides)
 	}
@@ -132,7 +132,7 @@ func Queues(ctx context.Context, db DB, limit int) ([]string, error) {
 
 // List returns the overrides of queue on the shard of db, by key in byte
 // order. Keys without a row weigh 1.
-func List(ctx context.Context, db DB, queue string) ([]Override, error) {
+func List(ctx context.Context, db DB, queue string) ([]api.WeightOverride, error) {
 	if err := ValidateQueue(queue); err != nil {
 		return nil, err
 	}
@@ -140,8 +140,8 @@ func List(ctx context.Context, db DB, queue string) ([]Override, error) {
 	if err != nil {
 		return nil, mapError("list weights", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Override, error) {
-		var o Override
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.WeightOverride, error) {
+		var o api.WeightOverride
 		err := r.Scan(&o.Key, &o.Weight, &o.UpdatedAt, &o.UpdatedBy)
 		return o, err
 	})
@@ -153,14 +153,14 @@ func List(ctx context.Context, db DB, queue string) ([]Override, error) {
 
 // QuotaChange is what one shard did with a quota write.
 type QuotaChange struct {
-	Outcome string // OutcomeOK
-	Old     *Quota // the quota before the write (nil: there was none)
+	Outcome string     // api.ShardOutcomeOK
+	Old     *api.Quota // the quota before the write (nil: there was none)
 }
 
 // SetQuotaOne replaces the quota of (queue, quotaKey) on the shard of db
 // and writes the audit row in the same statement. The claim's rechecks read
 // it at their next claim of the quota key.
-func SetQuotaOne(ctx context.Context, db DB, actor, queue, quotaKey string, q Quota) (QuotaChange, error) {
+func SetQuotaOne(ctx context.Context, db DB, actor, queue, quotaKey string, q api.Quota) (QuotaChange, error) {
 	if err := validateQuotaWrite(actor, queue, quotaKey); err != nil {
 		return QuotaChange{}, err
 	}
@@ -203,7 +203,7 @@ func scanQuotaChange(row pgx.Row) (QuotaChange, error) {
 		return QuotaChange{}, err
 	}
 	if len(old) > 0 && string(old) != "null" {
-		c.Old = new(Quota)
+		c.Old = new(api.Quota)
 		if err := json.Unmarshal(old, c.Old); err != nil {
 			return QuotaChange{}, fmt.Errorf("decode old quota: %w", err)
 		}
@@ -213,7 +213,7 @@ func scanQuotaChange(row pgx.Row) (QuotaChange, error) {
 
 // ListQuotas returns the quotas of queue on the shard of db (only that of
 // quotaKey when it is not empty), by quota key in byte order.
-func ListQuotas(ctx context.Context, db DB, queue, quotaKey string) ([]QuotaEntry, error) {
+func ListQuotas(ctx context.Context, db DB, queue, quotaKey string) ([]api.QuotaEntry, error) {
 	if err := ValidateQueue(queue); err != nil {
 		return nil, err
 	}
@@ -228,8 +228,8 @@ func ListQuotas(ctx context.Context, db DB, queue, quotaKey string) ([]QuotaEntr
 	if err != nil {
 		return nil, mapError("list quotas", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QuotaEntry, error) {
-		var e QuotaEntry
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.QuotaEntry, error) {
+		var e api.QuotaEntry
 		var mc *int32
 		err := r.Scan(&e.QuotaKey, &mc, &e.Rate, &e.Burst, &e.UpdatedAt, &e.UpdatedBy)
 		if mc != nil {
@@ -253,20 +253,20 @@ const (
 // KeysOne lists the keys of queue on the shard of db: every key with
 // fairness state, due pending work, an override or a claim in the last
 // minute, at most limit of them (DefaultKeyLimit when limit <= 0).
-func KeysOne(ctx context.Context, db DB, queue string, limit int) (ShardKeyList, error) {
+func KeysOne(ctx context.Context, db DB, queue string, limit int) (api.ShardKeyList, error) {
 	return keysOne(ctx, db, queue, "", limit)
 }
 
 // keysOne is KeysOne limited to the keys bound to owner (all when "").
-func keysOne(ctx context.Context, db DB, queue, owner string, limit int) (ShardKeyList, error) {
+func keysOne(ctx context.Context, db DB, queue, owner string, limit int) (api.ShardKeyList, error) {
 	if err := ValidateQueue(queue); err != nil {
-		return ShardKeyList{}, err
+		return api.ShardKeyList{}, err
 	}
 	if limit <= 0 {
 		limit = DefaultKeyLimit
 	}
 	if limit > MaxKeyLimit {
-		return ShardKeyList{}, api.Invalid("limit", "limit must be at most %d", MaxKeyLimit)
+		return api.ShardKeyList{}, api.Invalid("limit", "limit must be at most %d", MaxKeyLimit)
 	}
 	// The database clock decides the window, as it sets claimed_at.
 	var own any
@@ -275,12 +275,12 @@ func keysOne(ctx context.Context, db DB, queue, owner string, limit int) (ShardK
 	}
 	rows, err := db.Query(ctx, sqlKeyList, queue, nil, limit+1, own)
 	if err != nil {
-		return ShardKeyList{}, mapError("list keys", err)
+		return api.ShardKeyList{}, mapError("list keys", err)
 	}
-	out := ShardKeyList{Keys: []KeyView{}}
+	out := api.ShardKeyList{Keys: []api.KeyView{}}
 	for rows.Next() {
 		var (
-			k         KeyView
+			k         api.KeyView
 			w         *float64
 			lastStart *float64
 			charged   *time.Time
@@ -290,7 +290,7 @@ func keysOne(ctx context.Context, db DB, queue, owner string, limit int) (ShardK
 		)
 		if err := rows.Scan(&k.Key, &w, &k.Pass, &lastStart, &charged, &k.Lag, &pending, &claims, &clock); err != nil {
 			rows.Close()
-			return ShardKeyList{}, mapError("list keys", err)
+			return api.ShardKeyList{}, mapError("list keys", err)
 		}
 		out.Clock = clock
 		k.Weight = fairkeys.EffectiveWeight(k.Key, deref(w), w != nil)
@@ -303,14 +303,14 @@ func keysOne(ctx context.Context, db DB, queue, owner string, limit int) (ShardK
 		out.Keys = append(out.Keys, k)
 	}
 	if err := rows.Err(); err != nil {
-		return ShardKeyList{}, mapError("list keys", err)
+		return api.ShardKeyList{}, mapError("list keys", err)
 	}
 	if len(out.Keys) > limit {
 		out.Keys = out.Keys[:limit]
 		out.Truncated = true
 	}
 	if out.Paused, err = PausedOne(ctx, db, queue); err != nil {
-		return ShardKeyList{}, err
+		return api.ShardKeyList{}, err
 	}
 	return out, nil
 }
@@ -332,27 +332,27 @@ const (
 // limit rows (DefaultAuditLimit when limit <= 0) after cursor, which is ""
 // for the first page or the NextCursor of the page before. A cursor that
 // this function did not make gives an *api.Error naming "cursor".
-func AuditList(ctx context.Context, db DB, cursor string, limit int) (AuditPage, error) {
+func AuditList(ctx context.Context, db DB, cursor string, limit int) (api.AuditPage, error) {
 	if limit <= 0 {
 		limit = DefaultAuditLimit
 	}
 	if limit > MaxAuditLimit {
-		return AuditPage{}, api.Invalid("limit", "limit must be at most %d", MaxAuditLimit)
+		return api.AuditPage{}, api.Invalid("limit", "limit must be at most %d", MaxAuditLimit)
 	}
 	var before any
 	if cursor != "" {
 		id, err := strconv.ParseInt(cursor, 10, 64)
 		if err != nil || id <= 0 {
-			return AuditPage{}, api.Invalid("cursor", "cursor is not one this server gave out")
+			return api.AuditPage{}, api.Invalid("cursor", "cursor is not one this server gave out")
 		}
 		before = id
 	}
 	rows, err := db.Query(ctx, sqlAuditList, before, limit+1)
 	if err != nil {
-		return AuditPage{}, mapError("list audit", err)
+		return api.AuditPage{}, mapError("list audit", err)
 	}
-	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
-		var e AuditEntry
+	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.AuditEntry, error) {
+		var e api.AuditEntry
 		var oldV, newV []byte
 		var last *time.Time
 		err := r.Scan(&e.ID, &e.At.Time, &e.Actor, &e.Action, &e.Queue, &e.Key, &oldV, &newV, &e.Outcome, &e.Message, &e.Repeats, &last)
@@ -363,11 +363,11 @@ func AuditList(ctx context.Context, db DB, cursor string, limit int) (AuditPage,
 		return e, err
 	})
 	if err != nil {
-		return AuditPage{}, mapError("list audit", err)
+		return api.AuditPage{}, mapError("list audit", err)
 	}
-	page := AuditPage{Entries: entries}
+	page := api.AuditPage{Entries: entries}
 	if page.Entries == nil {
-		page.Entries = []AuditEntry{}
+		page.Entries = []api.AuditEntry{}
 	}
 	if len(page.Entries) > limit {
 		page.Entries = page.Entries[:limit]

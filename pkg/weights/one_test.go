@@ -61,24 +61,24 @@ func TestValidation(t *testing.T) {
 	requireInvalid(t, err, "key")
 
 	bad := []struct {
-		q     weights.Quota
+		q     api.Quota
 		field string
 	}{
-		{weights.Quota{}, "max_concurrent"},
-		{weights.Quota{MaxConcurrent: ptr(0)}, "max_concurrent"},
-		{weights.Quota{MaxConcurrent: ptr(2_000_000)}, "max_concurrent"},
-		{weights.Quota{Rate: ptr(1.0)}, "burst"},
-		{weights.Quota{Burst: ptr(1.0)}, "rate"},
-		{weights.Quota{Rate: ptr(0.0), Burst: ptr(1.0)}, "rate"},
-		{weights.Quota{Rate: ptr(math.NaN()), Burst: ptr(1.0)}, "rate"},
-		{weights.Quota{Rate: ptr(1.0), Burst: ptr(0.5)}, "burst"},
-		{weights.Quota{Rate: ptr(1.0), Burst: ptr(math.Inf(1))}, "burst"},
+		{api.Quota{}, "max_concurrent"},
+		{api.Quota{MaxConcurrent: ptr(0)}, "max_concurrent"},
+		{api.Quota{MaxConcurrent: ptr(2_000_000)}, "max_concurrent"},
+		{api.Quota{Rate: ptr(1.0)}, "burst"},
+		{api.Quota{Burst: ptr(1.0)}, "rate"},
+		{api.Quota{Rate: ptr(0.0), Burst: ptr(1.0)}, "rate"},
+		{api.Quota{Rate: ptr(math.NaN()), Burst: ptr(1.0)}, "rate"},
+		{api.Quota{Rate: ptr(1.0), Burst: ptr(0.5)}, "burst"},
+		{api.Quota{Rate: ptr(1.0), Burst: ptr(math.Inf(1))}, "burst"},
 	}
 	for _, b := range bad {
 		_, err := weights.SetQuotaOne(ctx, db, "a", "q", "qk", b.q)
 		requireInvalid(t, err, b.field)
 	}
-	_, err = weights.SetQuotaOne(ctx, db, "a", "q", "", weights.Quota{MaxConcurrent: ptr(1)})
+	_, err = weights.SetQuotaOne(ctx, db, "a", "q", "", api.Quota{MaxConcurrent: ptr(1)})
 	requireInvalid(t, err, "quota_key")
 
 	_, err = weights.DecodeWeightBody(strings.NewReader(`{"weight":"x"}`))
@@ -235,7 +235,7 @@ func TestCapRace(t *testing.T) {
 	require.Equal(t, weights.MaxOverrides, c.Overrides)
 	c, err = weights.SetOne(ctx, db, "a", "q", "brand-new", 9)
 	require.ErrorIs(t, err, weights.ErrCapReached)
-	require.Equal(t, weights.OutcomeCapReached, c.Outcome)
+	require.Equal(t, api.ShardOutcomeCapReached, c.Outcome)
 	_, err = weights.ClearOne(ctx, db, "a", "q", "k0002")
 	require.NoError(t, err)
 	_, err = weights.SetOne(ctx, db, "a", "q", "brand-new", 9)
@@ -255,19 +255,19 @@ func TestQuotaOne(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
 	db := testsvc.NewDB(t)
-	c, err := weights.SetQuotaOne(ctx, db, "a", "q", "acme", weights.Quota{MaxConcurrent: ptr(3)})
+	c, err := weights.SetQuotaOne(ctx, db, "a", "q", "acme", api.Quota{MaxConcurrent: ptr(3)})
 	require.NoError(t, err)
 	require.Nil(t, c.Old)
-	c, err = weights.SetQuotaOne(ctx, db, "b", "q", "acme", weights.Quota{Rate: ptr(2.5), Burst: ptr(5.0)})
+	c, err = weights.SetQuotaOne(ctx, db, "b", "q", "acme", api.Quota{Rate: ptr(2.5), Burst: ptr(5.0)})
 	require.NoError(t, err)
-	require.Equal(t, &weights.Quota{MaxConcurrent: ptr(3)}, c.Old)
+	require.Equal(t, &api.Quota{MaxConcurrent: ptr(3)}, c.Old)
 	list, err := weights.ListQuotas(ctx, db, "q", "")
 	require.NoError(t, err)
 	require.Len(t, list, 1)
-	require.Equal(t, weights.Quota{Rate: ptr(2.5), Burst: ptr(5.0)}, list[0].Quota, "a set replaces every field")
+	require.Equal(t, api.Quota{Rate: ptr(2.5), Burst: ptr(5.0)}, list[0].Quota, "a set replaces every field")
 	c, err = weights.ClearQuotaOne(ctx, db, "c", "q", "acme")
 	require.NoError(t, err)
-	require.Equal(t, &weights.Quota{Rate: ptr(2.5), Burst: ptr(5.0)}, c.Old)
+	require.Equal(t, &api.Quota{Rate: ptr(2.5), Burst: ptr(5.0)}, c.Old)
 	list, err = weights.ListQuotas(ctx, db, "q", "acme")
 	require.NoError(t, err)
 	require.Empty(t, list)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	routing "github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/dispatch"
 )
@@ -95,12 +96,10 @@ func Pause(ctx context.Context, shards []Shard, actor, queue string, paused bool
 	res := call(ctx, shards, o, func(ctx context.Context, db DB) (PauseChange, error) {
 		return PauseOne(ctx, db, actor, queue, paused)
 	})
-	out := api.QueuePauseResult{Queue: queue, Paused: paused, Shards: []api.QueuePauseShard{}, UnavailableShards: []int{}}
+	out := api.QueuePauseResult{Queue: queue, Paused: paused, Shards: []api.QueuePauseShard{}, UnavailableShards: routing.Unavailable(res)}
 	for _, r := range res {
 		s := api.QueuePauseShard{ShardOutcome: outcomeOf(r.Shard, r.Err), Paused: r.Value.Paused, Changed: r.Value.Changed}
-		if r.Err != nil {
-			out.UnavailableShards = append(out.UnavailableShards, r.Shard)
-		} else if !paused && o.nc != nil {
+		if r.Err == nil && !paused && o.nc != nil {
 			// A lost wake-up costs the workers' poll interval, not a task.
 			_ = dispatch.Publish(ctx, o.nc, o.subjects.Wake(r.Shard, queue), dispatch.Wake{})
 		}

@@ -4,26 +4,29 @@ import (
 	"context"
 	"fmt"
 	"sort"
+
+	routing "github.com/harvest-run/harvest/internal/shards"
+	"github.com/harvest-run/harvest/pkg/api"
 )
 
 // SetQuota replaces the quota of (queue, quotaKey) on every shard. The
 // error is non-nil only for invalid arguments (an *api.Error naming the
 // field), in which case no shard was written.
-func SetQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey string, q Quota, opts ...Option) (QuotaWriteResult, error) {
+func SetQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey string, q api.Quota, opts ...Option) (api.QuotaWriteResult, error) {
 	if err := validateQuotaWrite(actor, queue, quotaKey); err != nil {
-		return QuotaWriteResult{}, err
+		return api.QuotaWriteResult{}, err
 	}
 	if err := q.Validate(); err != nil {
-		return QuotaWriteResult{}, err
+		return api.QuotaWriteResult{}, err
 	}
 	if err := checkShards(shards); err != nil {
-		return QuotaWriteResult{}, err
+		return api.QuotaWriteResult{}, err
 	}
 	o := collect(opts)
 	res := call(ctx, shards, o, func(ctx context.Context, db DB) (QuotaChange, error) {
 		return SetQuotaOne(ctx, db, actor, queue, quotaKey, q)
 	})
-	out := QuotaWriteResult{Queue: queue, QuotaKey: quotaKey, Quota: q}
+	out := api.QuotaWriteResult{Queue: queue, QuotaKey: quotaKey, Quota: q}
 	for _, r := range res {
 		out.Shards = append(out.Shards, outcomeOf(r.Shard, r.Err))
 	}
@@ -33,18 +36,18 @@ func SetQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey string
 }
 
 // ClearQuota removes the quota of (queue, quotaKey) on every shard.
-func ClearQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey string, opts ...Option) (QuotaWriteResult, error) {
+func ClearQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey string, opts ...Option) (api.QuotaWriteResult, error) {
 	if err := validateQuotaWrite(actor, queue, quotaKey); err != nil {
-		return QuotaWriteResult{}, err
+		return api.QuotaWriteResult{}, err
 	}
 	if err := checkShards(shards); err != nil {
-		return QuotaWriteResult{}, err
+		return api.QuotaWriteResult{}, err
 	}
 	o := collect(opts)
 	res := call(ctx, shards, o, func(ctx context.Context, db DB) (QuotaChange, error) {
 		return ClearQuotaOne(ctx, db, actor, queue, quotaKey)
 	})
-	out := QuotaWriteResult{Queue: queue, QuotaKey: quotaKey}
+	out := api.QuotaWriteResult{Queue: queue, QuotaKey: quotaKey}
 	for _, r := range res {
 		out.Shards = append(out.Shards, outcomeOf(r.Shard, r.Err))
 	}
@@ -55,38 +58,37 @@ func ClearQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey stri
 
 // GetQuota reads the quotas of queue (of quotaKey alone when it is not
 // empty) from every shard and compares them.
-func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts ...Option) (QuotaReadResult, error) {
+func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts ...Option) (api.QuotaReadResult, error) {
 	if err := ValidateQueue(queue); err != nil {
-		return QuotaReadResult{}, err
+		return api.QuotaReadResult{}, err
 	}
 	if quotaKey != "" {
 		if err := ValidateQuotaKey(quotaKey); err != nil {
-			return QuotaReadResult{}, err
+			return api.QuotaReadResult{}, err
 		}
 	}
 	if err := checkShards(shards); err != nil {
-		return QuotaReadResult{}, err
+		return api.QuotaReadResult{}, err
 	}
 	o := collect(opts)
-	res := call(ctx, shards, o, func(ctx context.Context, db DB) ([]QuotaEntry, error) {
+	res := call(ctx, shards, o, func(ctx context.Context, db DB) ([]api.QuotaEntry, error) {
 		all, err := ListQuotas(ctx, db, queue, quotaKey)
-		return ownedOnly(all, err, o.owner, func(q QuotaEntry) string { return q.QuotaKey })
+		return ownedOnly(all, err, o.owner, func(q api.QuotaEntry) string { return q.QuotaKey })
 	})
-	out := QuotaReadResult{Queue: queue, Quotas: []QuotaEntry{}, QuotasUniform: true, UnavailableShards: []int{}}
-	per := map[string]map[int]QuotaEntry{}
+	out := api.QuotaReadResult{Queue: queue, Quotas: []api.QuotaEntry{}, QuotasUniform: true, UnavailableShards: routing.Unavailable(res)}
+	per := map[string]map[int]api.QuotaEntry{}
 	var answered []int
-	detail := make([]ShardQuotas, len(res))
+	detail := make([]api.ShardQuotas, len(res))
 	for i, r := range res {
 		so := outcomeOf(r.Shard, r.Err)
-		detail[i] = ShardQuotas{Shard: r.Shard, Outcome: so.Outcome, Message: so.Message, Quotas: []QuotaEntry{}}
+		detail[i] = api.ShardQuotas{Shard: r.Shard, Outcome: so.Outcome, Message: so.Message, Quotas: []api.QuotaEntry{}}
 		if r.Err != nil {
-			out.UnavailableShards = append(out.UnavailableShards, r.Shard)
 			continue
 		}
 		answered = append(answered, i)
 		for _, e := range r.Value {
 			if per[e.QuotaKey] == nil {
-				per[e.QuotaKey] = map[int]QuotaEntry{}
+				per[e.QuotaKey] = map[int]api.QuotaEntry{}
 			}
 			per[e.QuotaKey][i] = e
 		}
@@ -98,7 +100,7 @@ func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts 
 	sort.Strings(keys)
 	for _, k := range keys {
 		es := per[k]
-		var first QuotaEntry
+		var first api.QuotaEntry
 		agree := len(es) == len(answered)
 		for j, i := range answered {
 			e, ok := es[i]
@@ -117,7 +119,7 @@ func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts 
 		for _, i := range answered {
 			e, ok := es[i]
 			if !ok {
-				e = QuotaEntry{QuotaKey: k} // no quota on this shard: all null
+				e = api.QuotaEntry{QuotaKey: k} // no quota on this shard: all null
 			}
 			detail[i].Quotas = append(detail[i].Quotas, e)
 		}
@@ -141,27 +143,26 @@ func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts 
 // paused there (at most limit keys per
 // shard; DefaultKeyLimit when limit <= 0). Lags compare only within one
 // shard: each shard has its own queue clock.
-func Keys(ctx context.Context, shards []Shard, queue string, limit int, opts ...Option) (KeysResult, error) {
+func Keys(ctx context.Context, shards []Shard, queue string, limit int, opts ...Option) (api.KeysResult, error) {
 	if err := ValidateQueue(queue); err != nil {
-		return KeysResult{}, err
+		return api.KeysResult{}, err
 	}
 	if limit > MaxKeyLimit {
-		return KeysResult{}, ValidateLimit(limit)
+		return api.KeysResult{}, ValidateLimit(limit)
 	}
 	if err := checkShards(shards); err != nil {
-		return KeysResult{}, err
+		return api.KeysResult{}, err
 	}
 	o := collect(opts)
-	res := call(ctx, shards, o, func(ctx context.Context, db DB) (ShardKeyList, error) {
+	res := call(ctx, shards, o, func(ctx context.Context, db DB) (api.ShardKeyList, error) {
 		return keysOne(ctx, db, queue, o.owner, limit)
 	})
-	out := KeysResult{Queue: queue, Shards: []ShardKeys{}, UnavailableShards: []int{}, PausedShards: []int{}}
+	out := api.KeysResult{Queue: queue, Shards: []api.ShardKeys{}, UnavailableShards: routing.Unavailable(res), PausedShards: []int{}}
 	for _, r := range res {
 		so := outcomeOf(r.Shard, r.Err)
-		sk := ShardKeys{Shard: r.Shard, Outcome: so.Outcome, Message: so.Message, ShardKeyList: r.Value}
+		sk := api.ShardKeys{Shard: r.Shard, Outcome: so.Outcome, Message: so.Message, ShardKeyList: r.Value}
 		if r.Err != nil {
-			sk.Keys = []KeyView{}
-			out.UnavailableShards = append(out.UnavailableShards, r.Shard)
+			sk.Keys = []api.KeyView{}
 		}
 		if sk.Paused != nil {
 			out.PausedShards = append(out.PausedShards, r.Shard)
@@ -169,4 +170,11 @@ func Keys(ctx context.Context, shards []Shard, queue string, limit int, opts ...
 		out.Shards = append(out.Shards, sk)
 	}
 	return out, nil
+}
+
+// quotaEqual reports whether two quotas set the same limits.
+func quotaEqual(q, o api.Quota) bool {
+	eqI := func(a, b *int) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+	eqF := func(a, b *float64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+	return eqI(q.MaxConcurrent, o.MaxConcurrent) && eqF(q.Rate, o.Rate) && eqF(q.Burst, o.Burst)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/testfactory"
 	"github.com/harvest-run/harvest/internal/testsvc"
+	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/weights"
 )
 
@@ -42,7 +43,7 @@ func shardsOf(dbs ...weights.DB) []weights.Shard {
 	return out
 }
 
-func outcomes(r []weights.ShardOutcome) []string {
+func outcomes(r []api.ShardOutcome) []string {
 	out := make([]string, len(r))
 	for i, s := range r {
 		out[i] = s.Outcome

@@ -69,7 +69,7 @@ func validateActor(actor string) error {
 // DecodeWeightBody reads a WeightBody and returns its weight, or an
 // *api.Error (400) that names the field at fault.
 func DecodeWeightBody(r io.Reader) (float64, error) {
-	var b WeightBody
+	var b api.WeightBody
 	if err := decodeStrict(r, &b); err != nil {
 		return 0, err
 	}
@@ -81,10 +81,10 @@ func DecodeWeightBody(r io.Reader) (float64, error) {
 
 // DecodeQuotaBody reads the body of PUT /v1/queues/{queue}/quotas/{key}
 // and validates it, returning an *api.Error (400) on a bad body.
-func DecodeQuotaBody(r io.Reader) (Quota, error) {
-	var q Quota
+func DecodeQuotaBody(r io.Reader) (api.Quota, error) {
+	var q api.Quota
 	if err := decodeStrict(r, &q); err != nil {
-		return Quota{}, err
+		return api.Quota{}, err
 	}
 	return q, q.Validate()
 }

@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -258,13 +257,10 @@ func (w *Worker) callHandler(ctx context.Context, h Handler, t Task) (res Result
 }
 
 // isStale reports the database's answer that a lease token is no longer
-// the task's (or the task is gone).
+// the task's (or the task is gone). Every outcome goes through pkg/claim,
+// whose mapError turns those codes into its sentinels.
 func isStale(err error) bool {
-	if errors.Is(err, claim.ErrStaleLease) || errors.Is(err, claim.ErrNotFound) {
-		return true
-	}
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "HA001" || pe.Code == "HA002")
+	return errors.Is(err, claim.ErrStaleLease) || errors.Is(err, claim.ErrNotFound)
 }
 
 // record writes the attempt's outcome, fenced by the lease token, through

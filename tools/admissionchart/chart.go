@@ -14,6 +14,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 
+	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
@@ -32,11 +33,11 @@ type Series struct {
 // DefaultSeries are the configurations the documentation discusses.
 func DefaultSeries() []Series {
 	return []Series{
-		{"No-Limit (max_runs only)", tenantcap.Config{Algorithm: tenantcap.NoLimit, TFM: 1}},
-		{"Static, TFM 1", tenantcap.Config{Algorithm: tenantcap.Static, TFM: 1}},
-		{"Static, TFM 3", tenantcap.Config{Algorithm: tenantcap.Static, TFM: 3}},
-		{"Dynamic, TFM 1", tenantcap.Config{Algorithm: tenantcap.Dynamic, TFM: 1}},
-		{"Dynamic, TFM 3", tenantcap.Config{Algorithm: tenantcap.Dynamic, TFM: 3}},
+		{"No-Limit (max_runs only)", tenantcap.Config{Algorithm: api.AlgorithmNoLimit, TFM: 1}},
+		{"Static, TFM 1", tenantcap.Config{Algorithm: api.AlgorithmStatic, TFM: 1}},
+		{"Static, TFM 3", tenantcap.Config{Algorithm: api.AlgorithmStatic, TFM: 3}},
+		{"Dynamic, TFM 1", tenantcap.Config{Algorithm: api.AlgorithmDynamic, TFM: 1}},
+		{"Dynamic, TFM 3", tenantcap.Config{Algorithm: api.AlgorithmDynamic, TFM: 3}},
 	}
 }
 
@@ -79,7 +80,7 @@ func WriteSVG(w io.Writer, o Options, series []Series) error {
 		}
 		line.Color = palette[i%len(palette)]
 		line.Width = vg.Points(1.5)
-		if s.Config.Algorithm == tenantcap.Static {
+		if s.Config.Algorithm == api.AlgorithmStatic {
 			line.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
 		}
 		p.Add(line)

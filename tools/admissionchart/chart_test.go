@@ -7,17 +7,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 func TestLimitsFollowTheAlgorithms(t *testing.T) {
 	t.Parallel()
 	o := Options{MaxRuns: 128, Tenants: 8}
-	dyn := Limits(tenantcap.Config{Algorithm: tenantcap.Dynamic, TFM: 3}, o)
+	dyn := Limits(tenantcap.Config{Algorithm: api.AlgorithmDynamic, TFM: 3}, o)
 	require.Len(t, dyn, 129)
 	require.Equal(t, 24.0, dyn[120].Y)
 	require.Equal(t, 0.0, dyn[128].Y)
-	st := Limits(tenantcap.Config{Algorithm: tenantcap.Static, TFM: 1}, o)
+	st := Limits(tenantcap.Config{Algorithm: api.AlgorithmStatic, TFM: 1}, o)
 	require.Equal(t, 16.0, st[0].Y)
 	require.Equal(t, 16.0, st[128].Y)
 	nl := Limits(tenantcap.DefaultConfig(), o)

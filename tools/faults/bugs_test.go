@@ -8,8 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/harvest-run/harvest/internal/dberr"
 	"github.com/harvest-run/harvest/internal/janitor"
-	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/testsvc"
 )
 
@@ -24,7 +24,7 @@ func TestClosedConnectionIsUnavailable(t *testing.T) {
 	require.NoError(t, conn.Close(ctx))
 	_, err = conn.Begin(ctx)
 	require.Error(t, err)
-	require.True(t, runstore.Unavailable(err), "error %q is not classed as unavailable, so it becomes a 500", err)
+	require.True(t, dberr.Unavailable(err), "error %q is not classed as unavailable, so it becomes a 500", err)
 }
 
 // Regression: the janitor's exclusive tick once locked every tenant's

@@ -27,7 +27,6 @@ import (
 	"github.com/harvest-run/harvest/internal/workerbin"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
-	"github.com/harvest-run/harvest/pkg/weights"
 )
 
 // Queue is the one queue the fleet's workers serve and the load uses.
@@ -259,7 +258,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		return f, err
 	}
 	rate, burst := 0.01, 1.0
-	res, err := f.Admin(0).SetQuota(ctx, Queue, TrickleQuota, weights.Quota{Rate: &rate, Burst: &burst})
+	res, err := f.Admin(0).SetQuota(ctx, Queue, TrickleQuota, api.Quota{Rate: &rate, Burst: &burst})
 	if err != nil {
 		return f, fmt.Errorf("soak: set the trickle quota: %w", err)
 	}

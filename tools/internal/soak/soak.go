@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harvest-run/harvest/internal/schema"
-	"github.com/harvest-run/harvest/pkg/weights"
+	"github.com/harvest-run/harvest/pkg/api"
 )
 
 // Defaults of SoakOptions.
@@ -371,7 +371,7 @@ func (f *Fleet) configureMix(ctx context.Context, rate float64) error {
 func (f *Fleet) setMeteredQuota(ctx context.Context, rate float64) error {
 	maxConc, qrate := 10, max(5, rate/10)
 	qburst := max(1, qrate)
-	if _, err := f.Admin(0).SetQuota(ctx, Queue, MeteredQuota, weights.Quota{MaxConcurrent: &maxConc, Rate: &qrate, Burst: &qburst}); err != nil {
+	if _, err := f.Admin(0).SetQuota(ctx, Queue, MeteredQuota, api.Quota{MaxConcurrent: &maxConc, Rate: &qrate, Burst: &qburst}); err != nil {
 		return fmt.Errorf("soak: quota %s: %w", MeteredQuota, err)
 	}
 	return nil

@@ -3,5 +3,6 @@
 // loaded with compose-go, and its Harvest services run as local processes
 // against the test's Postgres, three embedded NATS servers routed into one
 // cluster, each loading deploy/nats/nats.conf, and an in-test OTLP
-// receiver standing in for Jaeger.
+// receiver standing in for Jaeger. It is in the tools module so that the
+// product's go.mod does not carry compose-go.
 package compose

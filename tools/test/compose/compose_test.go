@@ -20,10 +20,13 @@ import (
 	"github.com/harvest-run/harvest/internal/workerbin"
 )
 
+// repoFile is the path of rel from the repository's root, three levels up
+// from this package (tools/test/compose): the files checked are the
+// product's, in the main module.
 func repoFile(t *testing.T, rel string) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", rel)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", rel)
 }
 
 type service struct {

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -13,6 +14,21 @@ import (
 )
 
 const module = "github.com/harvest-run/harvest"
+
+// repoRoot is the main module's directory, three levels up from this
+// package (tools/test/boundary). The checks run there, so that they see
+// the product's packages as its own go.mod resolves them, not as a
+// dependency of the tools module.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	require.True(t, ok, "the test knows its own source file")
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(string(mod), "module "+module+"\n"), "%s is the main module's directory", root)
+	return root
+}
 
 // internalIn reports the first named type of an internal package that t
 // mentions, looking through pointers, slices, maps, channels, functions,
@@ -101,13 +117,14 @@ func TestPublicPackagesNameNoInternalType(t *testing.T) {
 	// The packages are loaded by a go list child process, whose reads the
 	// test cache does not see: stat the sources here so that a change to
 	// any of them runs the test again.
-	require.NoError(t, filepath.WalkDir("../../pkg", func(path string, d fs.DirEntry, err error) error {
+	root := repoRoot(t)
+	require.NoError(t, filepath.WalkDir(filepath.Join(root, "pkg"), func(path string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".go") {
 			_, err = os.Stat(path)
 		}
 		return err
 	}))
-	cfg := &packages.Config{Mode: packages.NeedName | packages.NeedTypes | packages.NeedImports | packages.NeedDeps}
+	cfg := &packages.Config{Dir: root, Mode: packages.NeedName | packages.NeedTypes | packages.NeedImports | packages.NeedDeps}
 	pkgs, err := packages.Load(cfg, module+"/pkg/...")
 	require.NoError(t, err)
 	require.NotEmpty(t, pkgs)

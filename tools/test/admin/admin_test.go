@@ -1,5 +1,6 @@
 // Package admin tests the gateway's administration page in a real browser:
-// headless Chromium (Debian's chromium package) driven by chromedp.
+// headless Chromium (Debian's chromium package) driven by chromedp. It is
+// in the tools module so that the product's go.mod does not carry chromedp.
 package admin
 
 import (
@@ -24,7 +25,7 @@ import (
 	"github.com/harvest-run/harvest/internal/auth"
 	"github.com/harvest-run/harvest/internal/gateway"
 	"github.com/harvest-run/harvest/internal/testsvc"
-	"github.com/harvest-run/harvest/pkg/tenantcap"
+	"github.com/harvest-run/harvest/pkg/api"
 )
 
 // chromiumPath is where Debian's chromium package puts the browser
@@ -134,7 +135,7 @@ func TestAdminPageInChromium(t *testing.T) {
 	require.Equal(t, "3", tfm)
 	selected, err := chromedp.Run(ctx, chromedp.Value(chromedp.ID("algorithm")))
 	require.NoError(t, err)
-	require.Equal(t, tenantcap.Dynamic, tenantcap.Algorithm(selected))
+	require.Equal(t, api.AlgorithmDynamic, api.Algorithm(selected))
 
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err)
