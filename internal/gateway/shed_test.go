@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/harvest-run/harvest/internal/config"
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
@@ -401,16 +400,3 @@ func TestShedSettingsAreValidated(t *testing.T) {
 	}
 }
 
-// The shedding defaults of DefaultConfig are the environment's. Not
-// parallel: t.Setenv.
-func TestShedDefaultsAreTheEnvironments(t *testing.T) {
-	var env Config
-	t.Setenv("HARVEST_SHARDS", "postgres://127.0.0.1/x")
-	require.NoError(t, config.Load(&env))
-	def := DefaultConfig(nil, "")
-	require.Equal(t, def.StartsInflight, env.StartsInflight)
-	require.Equal(t, def.TenantStartShare, env.TenantStartShare)
-	require.Equal(t, def.StartQueueWait, env.StartQueueWait)
-	require.Equal(t, def.StartQueueTarget, env.StartQueueTarget)
-	require.Equal(t, def.ShedRetryAfter, env.ShedRetryAfter)
-}
