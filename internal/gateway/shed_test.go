@@ -399,4 +399,3 @@ func TestShedSettingsAreValidated(t *testing.T) {
 		require.ErrorContains(t, cfg.Validate(), c.want)
 	}
 }
-
