@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -28,27 +29,44 @@ type figures struct {
 
 func readFigures(ctx context.Context, pool *pgxpool.Pool) (*figures, error) {
 	f := &figures{}
-	var last *time.Time
-	err := pool.QueryRow(ctx, `
-		SELECT count(*) FILTER (WHERE state = 'completed'),
-		       max(finalized_at) FILTER (WHERE state = 'completed')
-		FROM river_job WHERE kind = $1`, floodKind).Scan(&f.floodCompleted, &last)
+	type flood struct {
+		Completed int64      `db:"completed"`
+		Last      *time.Time `db:"last_done"`
+	}
+	rows, err := pool.Query(ctx, `
+		SELECT count(*) FILTER (WHERE state = 'completed') AS completed,
+		       max(finalized_at) FILTER (WHERE state = 'completed') AS last_done
+		FROM river_job WHERE kind = $1`, floodKind)
 	if err != nil {
 		return nil, fmt.Errorf("read flood jobs: %w", err)
 	}
+	fl, err := pgx.CollectOneRow(rows, pgx.RowToStructByName[flood])
+	if err != nil {
+		return nil, fmt.Errorf("read flood jobs: %w", err)
+	}
+	f.floodCompleted = fl.Completed
+	last := fl.Last
 	if last == nil {
 		// Nothing of the flood finished (an undrained run): there is no
 		// drain window, and every light job counts as waiting.
 		f.lastFloodDone = time.Now()
 	} else {
 		f.lastFloodDone = *last
-		err = pool.QueryRow(ctx, `
-			SELECT min(finalized_at), count(*)
-			FROM river_job WHERE state = 'completed' AND finalized_at <= $1`, f.lastFloodDone).
-			Scan(&f.firstDone, &f.completed)
+		type done struct {
+			First     time.Time `db:"first_done"`
+			Completed int64     `db:"completed"`
+		}
+		rows, err := pool.Query(ctx, `
+			SELECT min(finalized_at) AS first_done, count(*) AS completed
+			FROM river_job WHERE state = 'completed' AND finalized_at <= $1`, f.lastFloodDone)
 		if err != nil {
 			return nil, fmt.Errorf("read completions: %w", err)
 		}
+		d, err := pgx.CollectOneRow(rows, pgx.RowToStructByName[done])
+		if err != nil {
+			return nil, fmt.Errorf("read completions: %w", err)
+		}
+		f.firstDone, f.completed = d.First, d.Completed
 	}
 
 	err = pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1`, lightKind).Scan(&f.lightInserted)
@@ -59,22 +77,14 @@ func readFigures(ctx context.Context, pool *pgxpool.Pool) (*figures, error) {
 	// Only light jobs that became available while the flood was still
 	// draining count: one inserted after the last flood job finished would
 	// show a near-zero wait that says nothing about the flood.
-	rows, err := pool.Query(ctx, `
+	rows, err = pool.Query(ctx, `
 		SELECT extract(epoch FROM attempted_at - scheduled_at)::float8 * 1000
 		FROM river_job
 		WHERE kind = $1 AND scheduled_at <= $2 AND attempted_at IS NOT NULL`, lightKind, f.lastFloodDone)
 	if err != nil {
 		return nil, fmt.Errorf("read light waits: %w", err)
 	}
-	for rows.Next() {
-		var ms float64
-		if err := rows.Scan(&ms); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("scan light wait: %w", err)
-		}
-		f.lightWaitsMS = append(f.lightWaitsMS, ms)
-	}
-	if err := rows.Err(); err != nil {
+	if f.lightWaitsMS, err = pgx.CollectRows(rows, pgx.RowTo[float64]); err != nil {
 		return nil, fmt.Errorf("read light waits: %w", err)
 	}
 	err = pool.QueryRow(ctx, `

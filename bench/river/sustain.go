@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -278,21 +279,17 @@ func sustainOneStep(ctx context.Context, client *river.Client[pgxTx], pool *pgxp
 	if err != nil {
 		return s, fmt.Errorf("read waits: %w", err)
 	}
+	all, err := pgx.CollectRows(rows, pgx.RowTo[*float64])
+	if err != nil {
+		return s, err
+	}
 	var waits []float64
-	for rows.Next() {
-		var ms *float64
-		if err := rows.Scan(&ms); err != nil {
-			rows.Close()
-			return s, err
-		}
+	for _, ms := range all {
 		if ms == nil {
 			s.Unclaimed++
 			continue
 		}
 		waits = append(waits, *ms)
-	}
-	if err := rows.Err(); err != nil {
-		return s, err
 	}
 	slices.Sort(waits)
 	s.Claimed = len(waits)

@@ -17,6 +17,7 @@ import (
 	"github.com/harvest-run/harvest/internal/natsconn"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
@@ -121,7 +122,7 @@ func readAdmission(ctx context.Context, e env, cfg admissionEnv, tokensFlag stri
 	}
 	// A shard other than 0 that does not answer is listed in the view's
 	// unavailable_shards, as GET /v1/admission lists it.
-	dbs := make([]tenantcap.DB, len(set.pools))
+	dbs := make([]shard.Querier, len(set.pools))
 	for i, p := range set.pools {
 		dbs[i] = p
 	}

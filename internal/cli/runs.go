@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -117,13 +116,11 @@ func parseStatuses(v string) ([]api.Status, error) {
 	if v == "" {
 		return nil, nil
 	}
-	known := []api.Status{api.StatusDeferred, api.StatusQueued, api.StatusRunning,
-		api.StatusCompleted, api.StatusFailed, api.StatusCancelled}
 	var out []api.Status
 	for _, p := range strings.Split(v, ",") {
-		s := api.Status(strings.TrimSpace(p))
-		if !slices.Contains(known, s) {
-			return nil, usageError{Msg: fmt.Sprintf("--status: unknown status %q (want a comma-separated list of deferred, queued, running, completed, failed, cancelled)", p)}
+		s, err := api.ParseStatus(strings.TrimSpace(p))
+		if err != nil {
+			return nil, usageError{Msg: fmt.Sprintf("--status: %v; want a comma-separated list", err)}
 		}
 		out = append(out, s)
 	}

@@ -17,14 +17,12 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
-
 var (
-	sqlRunListAll     = mustSQL("RunListAll")
-	sqlRunInspect     = mustSQL("RunInspect")
-	sqlTaskListByRun  = mustSQL("TaskListByRun")
-	sqlQueueDepthList = mustSQL("QueueDepthList")
-	sqlKeyClaimShares = mustSQL("KeyClaimShares")
+	sqlRunListAll     = sqlfile.Must(sqlFiles, "RunListAll")
+	sqlRunInspect     = sqlfile.Must(sqlFiles, "RunInspect")
+	sqlTaskListByRun  = sqlfile.Must(sqlFiles, "TaskListByRun")
+	sqlQueueDepthList = sqlfile.Must(sqlFiles, "QueueDepthList")
+	sqlKeyClaimShares = sqlfile.Must(sqlFiles, "KeyClaimShares")
 )
 
 // shardTimeout bounds each shard's part of a fan-out, so that one shard

@@ -29,10 +29,6 @@ const (
 	pageTimeout  = 10 * time.Second
 )
 
-// runStatuses are the statuses the runs filter offers, in their lifecycle
-// order.
-var runStatuses = []api.Status{api.StatusDeferred, api.StatusQueued, api.StatusRunning, api.StatusCompleted, api.StatusFailed, api.StatusCancelled}
-
 type runsView struct {
 	Tenant, Queue, Status, Name string
 	Statuses                    []statusChoice
@@ -98,7 +94,8 @@ func (c *Console) pageRuns(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Tenant = p.Tenant
 	}
-	for _, s := range runStatuses {
+	// The filter offers every status, in the order of a run's life.
+	for _, s := range api.Statuses() {
 		v.Statuses = append(v.Statuses, statusChoice{Value: string(s), Selected: string(s) == v.Status})
 	}
 	d := base("Runs", sess, p, rl)
@@ -108,7 +105,7 @@ func (c *Console) pageRuns(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case len(v.Tenant) > maxFilterLen || len(v.Queue) > maxFilterLen || len(v.Name) > maxFilterLen || len(f.Cursor) > 4*maxFilterLen:
 		d.Error, status = "A filter is too long.", http.StatusBadRequest
-	case v.Status != "" && !validStatus(v.Status):
+	case v.Status != "" && !api.Status(v.Status).Known():
 		d.Error, status = fmt.Sprintf("Unknown status %q.", v.Status), http.StatusBadRequest
 	}
 	if v.Status != "" {
@@ -146,15 +143,6 @@ func (c *Console) pageRuns(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.render(w, status, "runs", d)
-}
-
-func validStatus(s string) bool {
-	for _, st := range runStatuses {
-		if string(st) == s {
-			return true
-		}
-	}
-	return false
 }
 
 // readError is the message and status of an error of the console

@@ -109,52 +109,6 @@ func decodeCursor(c string, n int) ([]place, error) {
 	return places, nil
 }
 
-// runRow is the run columns RunListAll and RunInspect share, by name.
-type runRow struct {
-	PK          int64      `db:"pk"`
-	ID          string     `db:"id"`
-	Tenant      string     `db:"tenant"`
-	Name        string     `db:"name"`
-	Queue       string     `db:"queue"`
-	FairnessKey string     `db:"fairness_key"`
-	QuotaKey    string     `db:"quota_key"`
-	Priority    int        `db:"priority"`
-	Status      string     `db:"status"`
-	Attempts    int        `db:"attempts"`
-	CreatedAt   time.Time  `db:"created_at"`
-	ClaimedAt   *time.Time `db:"claimed_at"`
-	FinishedAt  *time.Time `db:"finished_at"`
-	Output      []byte     `db:"output"`
-	Error       *string    `db:"error"`
-}
-
-// run is the row as the API shows it, on shard.
-func (r runRow) run(shard int) api.Run {
-	run := api.Run{
-		ID: r.ID, Tenant: r.Tenant, Name: r.Name, Queue: r.Queue, Shard: shard,
-		FairnessKey: r.FairnessKey, QuotaKey: r.QuotaKey, Priority: r.Priority,
-		Status: api.Status(r.Status), Attempts: r.Attempts,
-		CreatedAt: api.Time{Time: r.CreatedAt}, Error: r.Error,
-	}
-	if r.ClaimedAt != nil {
-		run.ClaimedAt = &api.Time{Time: *r.ClaimedAt}
-	}
-	if r.FinishedAt != nil {
-		run.FinishedAt = &api.Time{Time: *r.FinishedAt}
-	}
-	if len(r.Output) > 0 {
-		run.Output = json.RawMessage(r.Output)
-	}
-	return run
-}
-
-// validStatuses are the statuses a filter may name: every status a run
-// can have, deferred included (a deferred run is listed like the others).
-var validStatuses = []api.Status{
-	api.StatusDeferred, api.StatusQueued, api.StatusRunning,
-	api.StatusCompleted, api.StatusFailed, api.StatusCancelled,
-}
-
 // listed is one run of a shard's answer with what the merge orders it by.
 type listed struct {
 	createdUS int64 // created_at in Unix microseconds, Postgres's precision
@@ -201,7 +155,9 @@ func ListRuns(ctx context.Context, shards []*pgxpool.Pool, f RunFilter) (RunPage
 	if len(f.Statuses) > 0 {
 		ss := make([]string, len(f.Statuses))
 		for i, s := range f.Statuses {
-			if !slices.Contains(validStatuses, s) {
+			// A filter may name every status a run can have, deferred
+			// included (a deferred run is listed like the others).
+			if !s.Known() {
 				return RunPage{}, fmt.Errorf("console: status %q is not a run status", s)
 			}
 			ss[i] = string(s)
@@ -232,16 +188,16 @@ func ListRuns(ctx context.Context, shards []*pgxpool.Pool, f RunFilter) (RunPage
 		if err != nil {
 			return nil, err
 		}
-		got, err := pgx.CollectRows(rows, pgx.RowToStructByName[runRow])
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByName[runstore.RunRow])
 		if err != nil {
 			return nil, err
 		}
 		// Only one branch of the query's union gives rows, each in pk
 		// order, but a union promises no order: the merge needs it.
-		slices.SortFunc(got, func(a, b runRow) int { return cmp.Compare(b.PK, a.PK) })
+		slices.SortFunc(got, func(a, b runstore.RunRow) int { return cmp.Compare(b.PK, a.PK) })
 		out := make([]listed, len(got))
 		for i, r := range got {
-			out[i] = listed{createdUS: r.CreatedAt.UnixMicro(), shard: shard, pk: r.PK, run: r.run(shard)}
+			out[i] = listed{createdUS: r.CreatedAt.UnixMicro(), shard: shard, pk: r.PK, run: r.Run(shard)}
 		}
 		return out, nil
 	})
@@ -316,7 +272,7 @@ func orNull(s string) any {
 
 // inspectRow is what RunInspect reads.
 type inspectRow struct {
-	runRow
+	runstore.RunRow
 	Input        []byte `db:"input"`
 	MaxAttempts  int    `db:"max_attempts"`
 	Moving       bool   `db:"moving"`
@@ -353,7 +309,7 @@ func Inspect(ctx context.Context, db *pgxpool.Pool, shard int, tenant, id string
 		return RunDetail{}, fmt.Errorf("console: inspect run: %w", err)
 	}
 	d := RunDetail{
-		Run:         r.run(shard),
+		Run:         r.Run(shard),
 		MaxAttempts: r.MaxAttempts,
 		Moving:      r.Moving,
 		Tasks:       []Task{},

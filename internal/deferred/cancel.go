@@ -8,15 +8,18 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harvest-run/harvest/internal/dberr"
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/internal/runstore"
+	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 var (
-	sqlMemberRunID       = mustSQL("MemberRunID")
-	sqlRunStatus         = mustSQL("RunStatus")
-	sqlRunDeferredCancel = mustSQL("RunDeferredCancel")
-	sqlGroupCancelOfRun  = mustSQL("GroupCancelOfRun")
+	sqlMemberRunID       = sqlfile.Must(sqlFiles, "MemberRunID")
+	sqlRunStatus         = sqlfile.Must(sqlFiles, "RunStatus")
+	sqlRunDeferredCancel = sqlfile.Must(sqlFiles, "RunDeferredCancel")
+	sqlGroupCancelOfRun  = sqlfile.Must(sqlFiles, "GroupCancelOfRun")
 )
 
 // Cancel cancels what an id of the tenant stands for, whatever the state
@@ -39,24 +42,22 @@ var (
 // For a member start's id, Run.ID in the result is that id and Run.RunID
 // the run's, as Get answers. Errors are those of runstore.Cancel:
 // ErrNotFound, ErrFinished.
-func Cancel(ctx context.Context, db DB, tenant, id string, shard int, reason string) (runstore.CancelResult, error) {
-	runID := id
-	var mode string
-	err := db.QueryRow(ctx, sqlMemberRunID, tenant, id).Scan(&runID, &mode)
+func Cancel(ctx context.Context, db shard.Beginner, tenant, id string, shard int, reason string) (runstore.CancelResult, error) {
+	m, err := pgrow.One[memberOf](ctx, db, sqlMemberRunID, tenant, id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		runID, mode = id, ""
+		m = memberOf{RunID: id}
 	case err != nil:
 		return runstore.CancelResult{}, fmt.Errorf("deferred: read start: %w", err)
 	}
-	res, err := cancelRun(ctx, db, tenant, runID, shard, reason)
-	if mode != "" && (err == nil || errors.Is(err, runstore.ErrFinished)) {
-		res.Run.ID, res.Run.RunID, res.Run.DeferMode = id, runID, api.DeferMode(mode)
+	res, err := cancelRun(ctx, db, tenant, m.RunID, shard, reason)
+	if m.Mode != "" && (err == nil || errors.Is(err, runstore.ErrFinished)) {
+		res.Run.ID, res.Run.RunID, res.Run.DeferMode = id, m.RunID, m.Mode
 	}
 	return res, err
 }
 
-func cancelRun(ctx context.Context, db DB, tenant, runID string, shard int, reason string) (runstore.CancelResult, error) {
+func cancelRun(ctx context.Context, db shard.Beginner, tenant, runID string, shard int, reason string) (runstore.CancelResult, error) {
 	for attempt := 1; ; attempt++ {
 		var status string
 		err := db.QueryRow(ctx, sqlRunStatus, tenant, runID).Scan(&status)
@@ -86,7 +87,7 @@ func cancelRun(ctx context.Context, db DB, tenant, runID string, shard int, reas
 
 // cancelWaiting cancels a run that waits as deferred, under the tenant's
 // count lock; waited is false when the run no longer waited once locked.
-func cancelWaiting(ctx context.Context, db DB, tenant, runID string, shard int, reason string) (runstore.CancelResult, bool, error) {
+func cancelWaiting(ctx context.Context, db shard.Beginner, tenant, runID string, shard int, reason string) (runstore.CancelResult, bool, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return runstore.CancelResult{}, false, fmt.Errorf("deferred: begin: %w", err)

@@ -12,49 +12,49 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harvest-run/harvest/internal/dberr"
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
-
 var (
-	sqlTenantRunningLock    = mustSQL("TenantRunningLock")
-	sqlTenantFence          = mustSQL("TenantFence")
-	sqlTenantRunningHold    = mustSQL("TenantRunningHold")
-	sqlTenantRunningTotal   = mustSQL("TenantRunningTotal")
-	sqlTenantRunningRead    = mustSQL("TenantRunningRead")
-	sqlTenantRunningRelease = mustSQL("TenantRunningRelease")
-	sqlStartHashes          = mustSQL("StartHashes")
-	sqlThrottleLock         = mustSQL("ThrottleLock")
-	sqlThrottleTryLock      = mustSQL("ThrottleTryLock")
-	sqlThrottleFired        = mustSQL("ThrottleFired")
-	sqlThrottlePendingTail  = mustSQL("ThrottlePendingTail")
-	sqlThrottlePendingLock  = mustSQL("ThrottlePendingLock")
-	sqlGroupInsert          = mustSQL("GroupInsert")
-	sqlGroupLockOpen        = mustSQL("GroupLockOpen")
-	sqlGroupLock            = mustSQL("GroupLock")
-	sqlGroupLockHeld        = mustSQL("GroupLockHeld")
-	sqlGroupDebounceJoin    = mustSQL("GroupDebounceJoin")
-	sqlGroupBatchJoin       = mustSQL("GroupBatchJoin")
-	sqlGroupSetState        = mustSQL("GroupSetState")
-	sqlGroupReschedule      = mustSQL("GroupReschedule")
-	sqlGroupDue             = mustSQL("GroupDue")
-	sqlGroupPrune           = mustSQL("GroupPrune")
-	sqlMemberInsert         = mustSQL("MemberInsert")
-	sqlMemberGroup          = mustSQL("MemberGroup")
-	sqlGroupOfRun           = mustSQL("GroupOfRun")
-	sqlRunDeferredInsert    = mustSQL("RunDeferredInsert")
-	sqlRunNotDueCount       = mustSQL("RunNotDueCount")
-	sqlRunDeferredUpdate    = mustSQL("RunDeferredUpdate")
-	sqlRunDeferredLock      = mustSQL("RunDeferredLock")
-	sqlRunDeferredDelete    = mustSQL("RunDeferredDelete")
+	sqlTenantRunningLock    = sqlfile.Must(sqlFiles, "TenantRunningLock")
+	sqlTenantFence          = sqlfile.Must(sqlFiles, "TenantFence")
+	sqlTenantRunningHold    = sqlfile.Must(sqlFiles, "TenantRunningHold")
+	sqlTenantRunningTotal   = sqlfile.Must(sqlFiles, "TenantRunningTotal")
+	sqlTenantRunningRead    = sqlfile.Must(sqlFiles, "TenantRunningRead")
+	sqlTenantRunningRelease = sqlfile.Must(sqlFiles, "TenantRunningRelease")
+	sqlStartHashes          = sqlfile.Must(sqlFiles, "StartHashes")
+	sqlThrottleLock         = sqlfile.Must(sqlFiles, "ThrottleLock")
+	sqlThrottleTryLock      = sqlfile.Must(sqlFiles, "ThrottleTryLock")
+	sqlThrottleFired        = sqlfile.Must(sqlFiles, "ThrottleFired")
+	sqlThrottlePendingTail  = sqlfile.Must(sqlFiles, "ThrottlePendingTail")
+	sqlThrottlePendingLock  = sqlfile.Must(sqlFiles, "ThrottlePendingLock")
+	sqlGroupInsert          = sqlfile.Must(sqlFiles, "GroupInsert")
+	sqlGroupLockOpen        = sqlfile.Must(sqlFiles, "GroupLockOpen")
+	sqlGroupLock            = sqlfile.Must(sqlFiles, "GroupLock")
+	sqlGroupLockHeld        = sqlfile.Must(sqlFiles, "GroupLockHeld")
+	sqlGroupDebounceJoin    = sqlfile.Must(sqlFiles, "GroupDebounceJoin")
+	sqlGroupBatchJoin       = sqlfile.Must(sqlFiles, "GroupBatchJoin")
+	sqlGroupSetState        = sqlfile.Must(sqlFiles, "GroupSetState")
+	sqlGroupReschedule      = sqlfile.Must(sqlFiles, "GroupReschedule")
+	sqlGroupDue             = sqlfile.Must(sqlFiles, "GroupDue")
+	sqlGroupPrune           = sqlfile.Must(sqlFiles, "GroupPrune")
+	sqlMemberInsert         = sqlfile.Must(sqlFiles, "MemberInsert")
+	sqlMemberGroup          = sqlfile.Must(sqlFiles, "MemberGroup")
+	sqlGroupOfRun           = sqlfile.Must(sqlFiles, "GroupOfRun")
+	sqlRunDeferredInsert    = sqlfile.Must(sqlFiles, "RunDeferredInsert")
+	sqlRunNotDueCount       = sqlfile.Must(sqlFiles, "RunNotDueCount")
+	sqlRunDeferredUpdate    = sqlfile.Must(sqlFiles, "RunDeferredUpdate")
+	sqlRunDeferredLock      = sqlfile.Must(sqlFiles, "RunDeferredLock")
+	sqlRunDeferredDelete    = sqlfile.Must(sqlFiles, "RunDeferredDelete")
 )
 
 // Group states, as stored.
@@ -214,7 +214,7 @@ func Accept(ctx context.Context, tx pgx.Tx, p Params) (Result, error) {
 // Start is Accept in a transaction of its own, committed before it
 // returns; a transaction the database broke on purpose (deadlock,
 // serialization failure) or a read-only server refused is tried again.
-func Start(ctx context.Context, db runstore.Beginner, p Params) (Result, error) {
+func Start(ctx context.Context, db shard.Beginner, p Params) (Result, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := startOnce(ctx, db, p)
 		if err == nil || !dberr.Retryable(err) || attempt == maxTxAttempts {
@@ -223,7 +223,7 @@ func Start(ctx context.Context, db runstore.Beginner, p Params) (Result, error) 
 	}
 }
 
-func startOnce(ctx context.Context, db runstore.Beginner, p Params) (Result, error) {
+func startOnce(ctx context.Context, db shard.Beginner, p Params) (Result, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("deferred: begin: %w", err)
@@ -248,16 +248,41 @@ type acceptor struct {
 	now  time.Time
 }
 
+// startHashes is what StartHashes reads: the request hash stored with the
+// id as a member start and as a run, each nil when there is none.
+type startHashes struct {
+	Member []byte `db:"member_hash"`
+	Run    []byte `db:"run_hash"`
+}
+
+// shardCounts is what TenantRunningTotal reads: the shard's count of
+// unfinished runs and its capacity lease.
+type shardCounts struct {
+	Total int64 `db:"total"`
+	Lease int64 `db:"lease"`
+}
+
+// tenantCounts is what TenantRunningRead reads: the tenant's own count
+// with the shard's.
+type tenantCounts struct {
+	Own int64 `db:"own"`
+	shardCounts
+}
+
 // replay answers a start whose id is taken: the current answer when the
 // request is the same, ErrConflict when it differs.
 func (a *acceptor) replay(ctx context.Context) (Result, bool, error) {
-	var member, run []byte
-	if err := a.tx.QueryRow(ctx, sqlStartHashes, a.p.Tenant, a.p.Req.ID).Scan(&member, &run); err != nil {
+	rows, err := a.tx.Query(ctx, sqlStartHashes, a.p.Tenant, a.p.Req.ID)
+	if err != nil {
 		return Result{}, false, fmt.Errorf("deferred: look up id: %w", err)
 	}
-	stored := member
+	hashes, err := pgx.CollectOneRow(rows, pgx.RowToStructByName[startHashes])
+	if err != nil {
+		return Result{}, false, fmt.Errorf("deferred: look up id: %w", err)
+	}
+	stored := hashes.Member
 	if stored == nil {
-		stored = run
+		stored = hashes.Run
 	}
 	if stored == nil {
 		return Result{}, false, nil
@@ -281,8 +306,9 @@ func (a *acceptor) admit(ctx context.Context, running int, waiting bool) error {
 	if a.p.Admitter == nil {
 		return nil
 	}
-	var total, lease, notDue int64
-	if err := a.tx.QueryRow(ctx, sqlTenantRunningTotal).Scan(&total, &lease); err != nil {
+	var notDue int64
+	c, err := pgrow.One[shardCounts](ctx, a.tx, sqlTenantRunningTotal)
+	if err != nil {
 		return fmt.Errorf("deferred: read the shard's running count: %w", err)
 	}
 	if waiting {
@@ -291,8 +317,8 @@ func (a *acceptor) admit(ctx context.Context, running int, waiting bool) error {
 		}
 	}
 	return a.p.Admitter.Admit(ctx, tenantcap.Admission{
-		Shard: a.p.Shard, Tenant: a.p.Tenant, Running: running, ShardRunning: int(total),
-		ShardLease: int(lease), Scheduled: int(notDue), Req: &a.p.Req,
+		Shard: a.p.Shard, Tenant: a.p.Tenant, Running: running, ShardRunning: int(c.Total),
+		ShardLease: int(c.Lease), Scheduled: int(notDue), Req: &a.p.Req,
 	})
 }
 
@@ -308,13 +334,13 @@ func (a *acceptor) admitJoin(ctx context.Context) error {
 	if a.p.Admitter == nil {
 		return nil
 	}
-	var own, total, lease int64
-	if err := a.tx.QueryRow(ctx, sqlTenantRunningRead, a.p.Tenant).Scan(&own, &total, &lease); err != nil {
+	c, err := pgrow.One[tenantCounts](ctx, a.tx, sqlTenantRunningRead, a.p.Tenant)
+	if err != nil {
 		return fmt.Errorf("deferred: read running counts: %w", err)
 	}
 	return a.p.Admitter.Admit(ctx, tenantcap.Admission{
-		Shard: a.p.Shard, Tenant: a.p.Tenant, Running: int(own) + 1, ShardRunning: int(total) + 1,
-		ShardLease: int(lease), Req: &a.p.Req,
+		Shard: a.p.Shard, Tenant: a.p.Tenant, Running: int(c.Own) + 1, ShardRunning: int(c.Total) + 1,
+		ShardLease: int(c.Lease), Req: &a.p.Req,
 	})
 }
 
@@ -550,9 +576,8 @@ func (a *acceptor) debounce(ctx context.Context) (Result, error) {
 		if err != nil {
 			return Result{}, fmt.Errorf("deferred: encode request: %w", err)
 		}
-		var firesAt time.Time
 		if err := a.tx.QueryRow(ctx, sqlGroupDebounceJoin, g.pk, request, jsonArg(p.TraceContext), quiet,
-			DebounceMaxOpen.Microseconds()).Scan(&firesAt, &position); err != nil {
+			DebounceMaxOpen.Microseconds()).Scan(&position); err != nil {
 			return Result{}, fmt.Errorf("deferred: join debounce window: %w", err)
 		}
 		args := runArgs(p.Tenant, g.runID, &run)
@@ -631,15 +656,27 @@ func (a *acceptor) batch(ctx context.Context) (Result, error) {
 		if err := a.admitJoin(ctx); err != nil {
 			return Result{}, err
 		}
-		var firesAt time.Time
-		if err := a.tx.QueryRow(ctx, sqlGroupBatchJoin, g.pk, string(input)).Scan(&firesAt, &position, &maxSize); err != nil {
+		rows, err := a.tx.Query(ctx, sqlGroupBatchJoin, g.pk, string(input))
+		if err != nil {
 			return Result{}, fmt.Errorf("deferred: join batch: %w", err)
 		}
+		joined, err := pgx.CollectOneRow(rows, pgx.RowToStructByName[batchJoined])
+		if err != nil {
+			return Result{}, fmt.Errorf("deferred: join batch: %w", err)
+		}
+		position, maxSize = joined.Size, joined.MaxSize
 	}
 	if err := a.member(ctx, g.pk, position); err != nil {
 		return Result{}, err
 	}
 	return a.answer(ctx, g.pk, position >= maxSize)
+}
+
+// batchJoined is what GroupBatchJoin reads: the batch's size with the
+// start that joined it, and its bound.
+type batchJoined struct {
+	Size    int `db:"size"`
+	MaxSize int `db:"max_size"`
 }
 
 // agree checks that a batch member matches its batch on what the one run

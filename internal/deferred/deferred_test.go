@@ -15,6 +15,7 @@ import (
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
@@ -50,7 +51,7 @@ type startOpts struct {
 	Batch    string        // the raw batch object
 	At       time.Duration // after t0
 	Admitter tenantcap.Hook
-	DB       deferred.DB // b.db
+	DB       shard.Beginner // b.db
 	// MaxStarts is Params.DebounceMaxStarts (the default when zero).
 	MaxStarts int
 }

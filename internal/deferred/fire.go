@@ -27,48 +27,53 @@ const (
 
 // group is a pending group locked by the caller's transaction.
 type group struct {
-	pk      int64
-	tenant  string
-	runID   string
-	mode    api.DeferMode
-	request []byte
-	input   []byte
-	trace   []byte
+	PK      int64         `db:"pk"`
+	Tenant  string        `db:"tenant"`
+	RunID   string        `db:"run_id"`
+	Mode    api.DeferMode `db:"mode"`
+	Request []byte        `db:"request"`
+	Input   []byte        `db:"input"`
+	Trace   []byte        `db:"trace_context"`
 }
 
 // lockGroup locks a pending group with sqlGroupLock (skipping one another
 // firer holds) or sqlGroupLockHeld (waiting); nil when it is not pending.
 func lockGroup(ctx context.Context, tx pgx.Tx, sql string, pk int64) (*group, error) {
-	var (
-		g    group
-		mode string
-	)
-	err := tx.QueryRow(ctx, sql, pk).Scan(&g.pk, &g.tenant, &g.runID, &mode, &g.request, &g.input, &g.trace)
+	rows, err := tx.Query(ctx, sql, pk)
+	if err != nil {
+		return nil, fmt.Errorf("deferred: lock group: %w", err)
+	}
+	g, err := pgx.CollectOneRow(rows, pgx.RowToAddrOfStructByName[group])
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("deferred: lock group: %w", err)
 	}
-	g.mode = api.DeferMode(mode)
-	return &g, nil
+	return g, nil
 }
 
 // lockWaitingRun locks the run row a group will replace and reports
 // whether it still waits (status deferred).
 func lockWaitingRun(ctx context.Context, tx pgx.Tx, tenant, runID string) (int64, bool, error) {
-	var (
-		pk     int64
-		status string
-	)
-	err := tx.QueryRow(ctx, sqlRunDeferredLock, tenant, runID).Scan(&pk, &status)
+	rows, err := tx.Query(ctx, sqlRunDeferredLock, tenant, runID)
+	if err != nil {
+		return 0, false, fmt.Errorf("deferred: lock deferred run: %w", err)
+	}
+	run, err := pgx.CollectOneRow(rows, pgx.RowToStructByName[runStatus])
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("deferred: lock deferred run: %w", err)
 	}
-	return pk, status == string(api.StatusDeferred), nil
+	return run.PK, run.Status == api.StatusDeferred, nil
+}
+
+// runStatus is what RunDeferredLock reads of a run.
+type runStatus struct {
+	PK     int64      `db:"pk"`
+	Status api.Status `db:"status"`
 }
 
 // fire starts the run of a locked pending group, in tx: the waiting run
@@ -77,46 +82,43 @@ func lockWaitingRun(ctx context.Context, tx pgx.Tx, tenant, runID string) (int64
 // is marked fired. A group whose run was cancelled while it waited is
 // closed instead, and fire returns nil.
 func fire(ctx context.Context, tx pgx.Tx, shard int, g *group, now time.Time) (*runstore.Committed, error) {
-	pk, live, err := lockWaitingRun(ctx, tx, g.tenant, g.runID)
+	pk, live, err := lockWaitingRun(ctx, tx, g.Tenant, g.RunID)
 	if err != nil {
 		return nil, err
 	}
 	if !live {
-		if _, err := tx.Exec(ctx, sqlGroupSetState, g.pk, stateCancelled, now); err != nil {
+		if _, err := tx.Exec(ctx, sqlGroupSetState, g.PK, stateCancelled, now); err != nil {
 			return nil, fmt.Errorf("deferred: close cancelled group: %w", err)
 		}
 		return nil, nil
 	}
 	var req api.StartRequest
-	if err := json.Unmarshal(g.request, &req); err != nil {
+	if err := json.Unmarshal(g.Request, &req); err != nil {
 		return nil, fmt.Errorf("deferred: decode stored request: %w", err)
 	}
-	req.ID = g.runID
-	if g.mode == api.ModeBatch {
-		req.Input = g.input
+	req.ID = g.RunID
+	if g.Mode == api.ModeBatch {
+		req.Input = g.Input
 	}
 	if _, err := tx.Exec(ctx, sqlRunDeferredDelete, pk); err != nil {
 		return nil, fmt.Errorf("deferred: remove deferred run: %w", err)
 	}
-	p := runstore.StartParams{Tenant: g.tenant, Shard: shard, Req: req, TraceContext: g.trace, Fired: true}
+	p := runstore.StartParams{Tenant: g.Tenant, Shard: shard, Req: req, TraceContext: g.Trace, Fired: true}
 	res, err := runstore.StartTx(ctx, tx, p)
 	if err != nil {
 		return nil, fmt.Errorf("deferred: start fired run: %w", err)
 	}
 	if !res.Created {
-		return nil, fmt.Errorf("deferred: fired run %q was not created", g.runID)
+		return nil, fmt.Errorf("deferred: fired run %q was not created", g.RunID)
 	}
-	if _, err := tx.Exec(ctx, sqlTenantRunningRelease, g.tenant); err != nil {
+	if _, err := tx.Exec(ctx, sqlTenantRunningRelease, g.Tenant); err != nil {
 		return nil, fmt.Errorf("deferred: hand the slot over: %w", err)
 	}
-	if _, err := tx.Exec(ctx, sqlGroupSetState, g.pk, stateFired, now); err != nil {
+	if _, err := tx.Exec(ctx, sqlGroupSetState, g.PK, stateFired, now); err != nil {
 		return nil, fmt.Errorf("deferred: mark group fired: %w", err)
 	}
 	return &runstore.Committed{Params: p, Result: res}, nil
 }
-
-// DB is what Fire needs of a shard: a *pgxpool.Pool qualifies.
-type DB = shard.Beginner
 
 // FireOptions tune a Fire call; zero values take the defaults.
 type FireOptions struct {
@@ -150,7 +152,7 @@ type FireReport struct {
 // fired in a transaction of its own; groups and keys that another firer
 // holds are skipped, so any number of Fire calls may run at once on one
 // shard and every group fires exactly once.
-func Fire(ctx context.Context, db DB, o FireOptions) (FireReport, error) {
+func Fire(ctx context.Context, db shard.Beginner, o FireOptions) (FireReport, error) {
 	var rep FireReport
 	if o.Limit <= 0 {
 		o.Limit = DefaultFireLimit
@@ -164,18 +166,17 @@ func Fire(ctx context.Context, db DB, o FireOptions) (FireReport, error) {
 		}
 	}
 	type due struct {
-		pk                       int64
-		tenant, mode, queue, key string
+		PK     int64  `db:"pk"`
+		Tenant string `db:"tenant"`
+		Mode   string `db:"mode"`
+		Queue  string `db:"queue"`
+		Key    string `db:"key"`
 	}
 	rows, err := q.Query(ctx, sqlGroupDue, now, o.Limit)
 	if err != nil {
 		return rep, fmt.Errorf("deferred: find due groups: %w", err)
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (due, error) {
-		var d due
-		err := r.Scan(&d.pk, &d.tenant, &d.mode, &d.queue, &d.key)
-		return d, err
-	})
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByName[due])
 	if err != nil {
 		return rep, fmt.Errorf("deferred: find due groups: %w", err)
 	}
@@ -187,21 +188,21 @@ func Fire(ctx context.Context, db DB, o FireOptions) (FireReport, error) {
 			return rep, ctx.Err()
 		}
 		var err error
-		if d.mode == string(api.ModeThrottle) {
-			k := keyID{d.tenant, d.queue, d.key}
+		if d.Mode == string(api.ModeThrottle) {
+			k := keyID{d.Tenant, d.Queue, d.Key}
 			if seen[k] {
 				continue
 			}
 			seen[k] = true
 			err = inTx(ctx, db, &rep, func(tx pgx.Tx, r *FireReport) error {
-				return throttleKey(ctx, tx, o.Shard, d.tenant, d.queue, d.key, now, r)
+				return throttleKey(ctx, tx, o.Shard, d.Tenant, d.Queue, d.Key, now, r)
 			})
 		} else {
 			err = inTx(ctx, db, &rep, func(tx pgx.Tx, r *FireReport) error {
-				if _, err := tx.Exec(ctx, sqlTenantRunningLock, d.tenant); err != nil {
+				if _, err := tx.Exec(ctx, sqlTenantRunningLock, d.Tenant); err != nil {
 					return fmt.Errorf("deferred: lock running count: %w", err)
 				}
-				g, err := lockGroup(ctx, tx, sqlGroupLock, d.pk)
+				g, err := lockGroup(ctx, tx, sqlGroupLock, d.PK)
 				if err != nil || g == nil {
 					return err
 				}
@@ -233,7 +234,7 @@ func fireInto(ctx context.Context, tx pgx.Tx, shard int, g *group, now time.Time
 // inTx runs fn in a transaction of its own and adds what it counted to rep
 // once it committed. A transaction the database broke on purpose counts as
 // busy, not as an error.
-func inTx(ctx context.Context, db runstore.Beginner, rep *FireReport, fn func(pgx.Tx, *FireReport) error) error {
+func inTx(ctx context.Context, db shard.Beginner, rep *FireReport, fn func(pgx.Tx, *FireReport) error) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("deferred: begin: %w", err)
@@ -274,20 +275,16 @@ func throttleKey(ctx context.Context, tx pgx.Tx, shard int, tenant, queue, key s
 		return nil
 	}
 	type waiting struct {
-		pk      int64
-		firesAt time.Time
-		limit   int
-		period  int64
+		PK      int64     `db:"pk"`
+		FiresAt time.Time `db:"fires_at"`
+		Limit   int       `db:"throttle_limit"`
+		Period  int64     `db:"period_us"`
 	}
 	rows, err := tx.Query(ctx, sqlThrottlePendingLock, tenant, queue, key, throttlePass)
 	if err != nil {
 		return fmt.Errorf("deferred: lock throttled starts: %w", err)
 	}
-	pending, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (waiting, error) {
-		var w waiting
-		err := row.Scan(&w.pk, &w.firesAt, &w.limit, &w.period)
-		return w, err
-	})
+	pending, err := pgx.CollectRows(rows, pgx.RowToStructByName[waiting])
 	if err != nil {
 		return fmt.Errorf("deferred: lock throttled starts: %w", err)
 	}
@@ -295,7 +292,7 @@ func throttleKey(ctx context.Context, tx pgx.Tx, shard int, tenant, queue, key s
 		return nil
 	}
 	// The key's limit and period are those of its oldest waiting start.
-	limit, period := pending[0].limit, time.Duration(pending[0].period)*time.Microsecond
+	limit, period := pending[0].Limit, time.Duration(pending[0].Period)*time.Microsecond
 	fired, err := collectTimes(ctx, tx, sqlThrottleFired, tenant, queue, key, now, period.Microseconds(), limit)
 	if err != nil {
 		return err
@@ -306,12 +303,12 @@ func throttleKey(ctx context.Context, tx pgx.Tx, shard int, tenant, queue, key s
 	for _, w := range pending {
 		slot := nextSlot(seq, limit, period, now)
 		if slot.After(now) {
-			if !slot.Equal(w.firesAt) {
-				movePK, moveAt = append(movePK, w.pk), append(moveAt, slot)
+			if !slot.Equal(w.FiresAt) {
+				movePK, moveAt = append(movePK, w.PK), append(moveAt, slot)
 			}
 			seq = append(seq, slot)
 		} else {
-			g, err := lockGroup(ctx, tx, sqlGroupLockHeld, w.pk)
+			g, err := lockGroup(ctx, tx, sqlGroupLockHeld, w.PK)
 			if err != nil {
 				return err
 			}

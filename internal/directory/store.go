@@ -16,16 +16,14 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
-
 var (
-	sqlTenantHomeGet     = mustSQL("TenantHomeGet")
-	sqlTenantHomePlace   = mustSQL("TenantHomePlace")
-	sqlTenantHomeInsert  = mustSQL("TenantHomeInsert")
-	sqlTenantHomeList    = mustSQL("TenantHomeList")
-	sqlTenantHomeChanged = mustSQL("TenantHomeChanged")
-	sqlTenantHomeNow     = mustSQL("TenantHomeNow")
-	sqlTenantHomeUpdate  = mustSQL("TenantHomeUpdate")
+	sqlTenantHomeGet     = sqlfile.Must(sqlFiles, "TenantHomeGet")
+	sqlTenantHomePlace   = sqlfile.Must(sqlFiles, "TenantHomePlace")
+	sqlTenantHomeInsert  = sqlfile.Must(sqlFiles, "TenantHomeInsert")
+	sqlTenantHomeList    = sqlfile.Must(sqlFiles, "TenantHomeList")
+	sqlTenantHomeChanged = sqlfile.Must(sqlFiles, "TenantHomeChanged")
+	sqlTenantHomeNow     = sqlfile.Must(sqlFiles, "TenantHomeNow")
+	sqlTenantHomeUpdate  = sqlfile.Must(sqlFiles, "TenantHomeUpdate")
 )
 
 // Phase is where a tenant's entry stands in a move.

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
@@ -53,8 +54,8 @@ const (
 // their background work: the totals refresh, and the watcher (loaded now
 // when shard 0 answers, else retried every second in the background).
 func (g *Gateway) initAdmission() error {
-	dbs := make([]tenantcap.DB, len(g.shards))
-	pools := make([]tenantcap.Beginner, len(g.shards))
+	dbs := make([]shard.Querier, len(g.shards))
+	pools := make([]shard.Beginner, len(g.shards))
 	for i, p := range g.shards {
 		dbs[i], pools[i] = p, g.leasePools[i]
 	}
@@ -254,7 +255,7 @@ func (g *Gateway) putAdmission(ctx context.Context, actor string, body []byte) (
 // admissionView builds the GET /v1/admission body (fresh counts from every
 // shard).
 func (g *Gateway) admissionView(ctx context.Context) (api.AdmissionView, *api.Error) {
-	dbs := make([]tenantcap.DB, len(g.shards))
+	dbs := make([]shard.Querier, len(g.shards))
 	for i, p := range g.shards {
 		dbs[i] = p
 	}

@@ -436,14 +436,12 @@ func (g *Gateway) httpList(w http.ResponseWriter, r *http.Request, p auth.Princi
 	lp := runstore.ListParams{Tenant: p.Tenant, Queue: q.Get("queue"), Name: q.Get("name"), Cursor: q.Get("cursor")}
 	for _, v := range q["status"] {
 		for s := range strings.SplitSeq(v, ",") {
-			st := api.Status(strings.TrimSpace(s))
-			switch st {
-			case api.StatusDeferred, api.StatusQueued, api.StatusRunning, api.StatusCompleted, api.StatusFailed, api.StatusCancelled:
-				lp.Statuses = append(lp.Statuses, st)
-			default:
-				writeError(w, api.Invalid("status", "unknown status %q (known: deferred, queued, running, completed, failed, cancelled)", st))
+			st, err := api.ParseStatus(strings.TrimSpace(s))
+			if err != nil {
+				writeError(w, api.Invalid("status", "%v", err))
 				return
 			}
+			lp.Statuses = append(lp.Statuses, st)
 		}
 	}
 	if s := q.Get("limit"); s != "" {

@@ -17,16 +17,14 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
-
 var (
-	sqlTryLock          = mustSQL("JanitorTryLock")
-	sqlRunDeleteFinal   = mustSQL("RunDeleteFinished")
-	sqlBucketDeleteIdle = mustSQL("RateBucketDeleteIdle")
-	sqlJobDue           = mustSQL("JanitorJobDue")
-	sqlFairVacuum       = mustSQL("FairVacuum")
-	sqlClockNow         = mustSQL("ClockNow")
-	sqlAuditDelete      = mustSQL("AuditDeleteExpired")
+	sqlTryLock          = sqlfile.Must(sqlFiles, "JanitorTryLock")
+	sqlRunDeleteFinal   = sqlfile.Must(sqlFiles, "RunDeleteFinished")
+	sqlBucketDeleteIdle = sqlfile.Must(sqlFiles, "RateBucketDeleteIdle")
+	sqlJobDue           = sqlfile.Must(sqlFiles, "JanitorJobDue")
+	sqlFairVacuum       = sqlfile.Must(sqlFiles, "FairVacuum")
+	sqlClockNow         = sqlfile.Must(sqlFiles, "ClockNow")
+	sqlAuditDelete      = sqlfile.Must(sqlFiles, "AuditDeleteExpired")
 )
 
 // Settings are the janitor's knobs. The envconfig tags read them from
@@ -78,9 +76,6 @@ func DefaultSettings() Settings {
 		FairRepairInterval: DefaultFairRepairInterval, FairPruneInterval: DefaultFairPruneInterval,
 		AuditRetention: DefaultAuditRetention}
 }
-
-// DB is what the janitor needs of a shard: a *pgxpool.Pool qualifies.
-type DB = shard.Beginner
 
 // Report is what one tick did: its counts, and the runs it fired.
 type Report struct {
@@ -139,7 +134,7 @@ func (r Report) WakeQueues() map[string]int {
 // it gets the shard's janitor lock, the jobs one janitor per tick is
 // enough for (see jobs.go). A failure of the deferred firing does not hold
 // back the jobs after it; any other failure ends the tick.
-func Tick(ctx context.Context, db DB, s Settings) (Report, error) {
+func Tick(ctx context.Context, db shard.Beginner, s Settings) (Report, error) {
 	var rep Report
 	var errs []error
 	for _, j := range sharedJobs {
@@ -160,7 +155,7 @@ func Tick(ctx context.Context, db DB, s Settings) (Report, error) {
 // exclusive runs the jobs that one janitor per tick is enough for: those
 // of lockedJobs inside the transaction that holds the shard's janitor
 // lock, then those of afterJobs once it committed.
-func exclusive(ctx context.Context, db DB, s Settings, rep *Report) error {
+func exclusive(ctx context.Context, db shard.Beginner, s Settings, rep *Report) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -197,14 +192,14 @@ func exclusive(ctx context.Context, db DB, s Settings, rep *Report) error {
 }
 
 // Run ticks every interval until ctx ends (a Loop with these fields).
-func Run(ctx context.Context, db DB, s Settings, interval time.Duration, log *slog.Logger, onTick func(Report, error)) {
+func Run(ctx context.Context, db shard.Beginner, s Settings, interval time.Duration, log *slog.Logger, onTick func(Report, error)) {
 	(&Loop{DB: db, Settings: s, Interval: interval, Log: log, OnTick: onTick}).Run(ctx)
 }
 
 // Loop is the janitor of one shard: a Tick every Interval until its
 // context ends. A failed tick is logged and the next one tries again.
 type Loop struct {
-	DB       DB
+	DB       shard.Beginner
 	Settings Settings
 	Interval time.Duration
 	Log      *slog.Logger // slog.Default() when nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/deferred"
 	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
@@ -62,7 +63,7 @@ type sharedJob interface {
 	name() string
 	// tolerant jobs' failures do not end the tick.
 	tolerant() bool
-	run(ctx context.Context, db DB, s Settings, rep *Report) error
+	run(ctx context.Context, db shard.Beginner, s Settings, rep *Report) error
 }
 
 // lockedTick is what the exclusive jobs share: the locked transaction, the
@@ -84,7 +85,7 @@ type lockedJob interface {
 
 type afterJob interface {
 	name() string
-	runAfter(ctx context.Context, db DB, t *lockedTick) error
+	runAfter(ctx context.Context, db shard.Beginner, t *lockedTick) error
 }
 
 // rescuer puts back the tasks whose lease ran out (by the database clock),
@@ -93,7 +94,7 @@ type rescuer struct{ batch int }
 
 func (rescuer) name() string   { return "rescue expired leases" }
 func (rescuer) tolerant() bool { return false }
-func (j rescuer) run(ctx context.Context, db DB, _ Settings, rep *Report) error {
+func (j rescuer) run(ctx context.Context, db shard.Beginner, _ Settings, rep *Report) error {
 	res, err := claim.RescueExpired(ctx, db, j.batch)
 	rep.Requeued, rep.FailedRuns = res.Requeued, res.Failed
 	return err
@@ -104,7 +105,7 @@ type promoter struct{ batch int }
 
 func (promoter) name() string   { return "promote due tasks" }
 func (promoter) tolerant() bool { return false }
-func (j promoter) run(ctx context.Context, db DB, _ Settings, rep *Report) error {
+func (j promoter) run(ctx context.Context, db shard.Beginner, _ Settings, rep *Report) error {
 	n, err := claim.PromoteDue(ctx, db, "", time.Time{}, j.batch)
 	rep.Promoted = n
 	return err
@@ -118,7 +119,7 @@ type firer struct{}
 
 func (firer) name() string   { return "fire deferred starts" }
 func (firer) tolerant() bool { return true }
-func (firer) run(ctx context.Context, db DB, _ Settings, rep *Report) error {
+func (firer) run(ctx context.Context, db shard.Beginner, _ Settings, rep *Report) error {
 	fired, err := deferred.Fire(ctx, db, deferred.FireOptions{})
 	rep.DeferredFired, rep.DeferredCancelled, rep.DeferredStarted = fired.Fired, fired.Cancelled, fired.Started
 	return err
@@ -189,7 +190,7 @@ func (pruneScheduler) runLocked(ctx context.Context, t *lockedTick) error {
 type fairPruner struct{}
 
 func (fairPruner) name() string { return "prune idle fairness state" }
-func (fairPruner) runAfter(ctx context.Context, db DB, t *lockedTick) error {
+func (fairPruner) runAfter(ctx context.Context, db shard.Beginner, t *lockedTick) error {
 	if !t.prune {
 		return nil
 	}
@@ -203,7 +204,7 @@ func (fairPruner) runAfter(ctx context.Context, db DB, t *lockedTick) error {
 type fairRepairer struct{}
 
 func (fairRepairer) name() string { return "repair fairness heads" }
-func (fairRepairer) runAfter(ctx context.Context, db DB, t *lockedTick) error {
+func (fairRepairer) runAfter(ctx context.Context, db shard.Beginner, t *lockedTick) error {
 	if !t.repair {
 		return nil
 	}
@@ -218,7 +219,7 @@ func (fairRepairer) runAfter(ctx context.Context, db DB, t *lockedTick) error {
 type fairVacuum struct{}
 
 func (fairVacuum) name() string { return "vacuum the fair claim's tables" }
-func (fairVacuum) runAfter(ctx context.Context, db DB, _ *lockedTick) error {
+func (fairVacuum) runAfter(ctx context.Context, db shard.Beginner, _ *lockedTick) error {
 	_, err := db.Exec(ctx, sqlFairVacuum)
 	return err
 }
@@ -228,7 +229,7 @@ func (fairVacuum) runAfter(ctx context.Context, db DB, _ *lockedTick) error {
 type recounter struct{}
 
 func (recounter) name() string { return "recount running" }
-func (recounter) runAfter(ctx context.Context, db DB, t *lockedTick) error {
+func (recounter) runAfter(ctx context.Context, db shard.Beginner, t *lockedTick) error {
 	fixed, err := tenantcap.Recount(ctx, db)
 	t.rep.Recounted = len(fixed)
 	return err
@@ -242,7 +243,7 @@ func (recounter) runAfter(ctx context.Context, db DB, t *lockedTick) error {
 type auditRetention struct{ batch int }
 
 func (auditRetention) name() string { return "delete expired audit rows" }
-func (j auditRetention) runAfter(ctx context.Context, db DB, t *lockedTick) error {
+func (j auditRetention) runAfter(ctx context.Context, db shard.Beginner, t *lockedTick) error {
 	if t.s.AuditRetention <= 0 {
 		return nil
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harvest-run/harvest/internal/dberr"
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // ErrFinished means the run completed or failed before it could be
@@ -37,7 +40,7 @@ type CancelResult struct {
 // group that locks the same rows in another order) is tried again, up to the
 // committer's attempts: the broken attempt was rolled back whole, so the
 // next one starts afresh.
-func Cancel(ctx context.Context, db Beginner, tenant, id string, shard int, reason string) (CancelResult, error) {
+func Cancel(ctx context.Context, db shard.Beginner, tenant, id string, shard int, reason string) (CancelResult, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := cancelOnce(ctx, db, tenant, id, shard, reason)
 		if err == nil || !dberr.Conflict(err) || attempt == maxTxAttempts || ctx.Err() != nil {
@@ -47,26 +50,23 @@ func Cancel(ctx context.Context, db Beginner, tenant, id string, shard int, reas
 }
 
 // cancelOnce is one attempt of Cancel, in one transaction.
-func cancelOnce(ctx context.Context, db Beginner, tenant, id string, shard int, reason string) (CancelResult, error) {
+func cancelOnce(ctx context.Context, db shard.Beginner, tenant, id string, shard int, reason string) (CancelResult, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return CancelResult{}, fmt.Errorf("runstore: begin: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
 
-	var (
-		pk     int64
-		status string
-	)
-	err = tx.QueryRow(ctx, sqlRunLock, tenant, id).Scan(&pk, &status)
+	before, err := pgrow.One[runStatus](ctx, tx, sqlRunLock, tenant, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return CancelResult{}, ErrNotFound
 	}
 	if err != nil {
 		return CancelResult{}, fmt.Errorf("runstore: read run: %w", err)
 	}
+	pk := before.PK
 	var res CancelResult
-	if !api.Status(status).Final() {
+	if !before.Status.Final() {
 		if res.WasRunning, err = cancelTasks(ctx, tx, pk); err != nil {
 			return CancelResult{}, err
 		}
@@ -99,7 +99,7 @@ func cancelOnce(ctx context.Context, db Beginner, tenant, id string, shard int, 
 	res.Run = run
 	switch run.Status {
 	case api.StatusCancelled:
-		res.Cancelled = !api.Status(status).Final()
+		res.Cancelled = !before.Status.Final()
 	case api.StatusCompleted, api.StatusFailed:
 		// Finished by a worker between the read above and the update: the
 		// update left it alone, and so does the commit below.
@@ -118,16 +118,15 @@ func cancelTasks(ctx context.Context, tx pgx.Tx, pk int64) (wasRunning bool, err
 	if err != nil {
 		return false, fmt.Errorf("runstore: cancel tasks: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var state string
-		if err := rows.Scan(&state); err != nil {
-			return false, fmt.Errorf("runstore: cancel tasks: %w", err)
-		}
-		wasRunning = wasRunning || state == "running"
-	}
-	if err := rows.Err(); err != nil {
+	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		return false, fmt.Errorf("runstore: cancel tasks: %w", err)
 	}
-	return wasRunning, nil
+	return slices.Contains(states, "running"), nil
+}
+
+// runStatus is what RunLock reads of a run.
+type runStatus struct {
+	PK     int64      `db:"pk"`
+	Status api.Status `db:"status"`
 }

@@ -328,13 +328,13 @@ func (c *Committer) round(ctx context.Context, items []*pending, last bool, onCo
 	)
 	for _, it := range g.sent {
 		st := &it.st
-		switch st.outcome {
+		switch st.Outcome {
 		case outcomeNew:
 			it.res = st.result(it, c.shard)
 			committed = append(committed, Committed{Params: it.p, Result: it.res})
 			admitted++
 		case outcomeMoved:
-			it.err = &MovedError{Tenant: it.p.Tenant, To: int(st.movedTo)}
+			it.err = &MovedError{Tenant: it.p.Tenant, To: int(st.MovedTo)}
 		case outcomeSkipped:
 			// it.err holds the hook's refusal.
 		case outcomeRefused:
@@ -349,12 +349,12 @@ func (c *Committer) round(ctx context.Context, items []*pending, last bool, onCo
 		case outcomeLease:
 			short = append(short, it)
 		case outcomeError:
-			it.err = &pgconn.PgError{Severity: "ERROR", Code: st.errCode, Message: st.errMessage,
-				ConstraintName: st.errConstraint}
+			it.err = &pgconn.PgError{Severity: "ERROR", Code: st.ErrCode, Message: st.ErrMessage,
+				ConstraintName: st.ErrConstraint}
 		case outcomeExisting:
 			// Answered below from the stored run.
 		default:
-			it.err = fmt.Errorf("runstore: start group: outcome %q for %s/%s", st.outcome, it.p.Tenant, it.p.Req.ID)
+			it.err = fmt.Errorf("runstore: start group: outcome %q for %s/%s", st.Outcome, it.p.Tenant, it.p.Req.ID)
 		}
 	}
 	var again []*pending
@@ -403,7 +403,7 @@ func (c *Committer) replay(ctx context.Context, items []*pending, skip map[*pend
 		rep := it.rep
 		switch {
 		case skip[rep]:
-		case rep.st.outcome == outcomeExisting || (rep != it && rep.st.outcome == outcomeNew):
+		case rep.st.Outcome == outcomeExisting || (rep != it && rep.st.Outcome == outcomeNew):
 			ask = append(ask, it)
 		case rep != it:
 			it.res, it.err = rep.res, rep.err
@@ -444,8 +444,8 @@ func (c *Committer) takeCapacity(ctx context.Context, ruler tenantcap.Ruler, rul
 	before := map[string]int{}
 	for i, it := range short {
 		st := &it.st
-		lease = int(st.lease)
-		n := rule.LeaseNeeded(int(st.shard)+i, int(st.own)+before[it.p.Tenant])
+		lease = int(st.Lease)
+		n := rule.LeaseNeeded(int(st.Shard)+i, int(st.Own)+before[it.p.Tenant])
 		need = max(need, n)
 		before[it.p.Tenant]++
 	}
@@ -464,11 +464,11 @@ func (c *Committer) takeCapacity(ctx context.Context, ruler tenantcap.Ruler, rul
 	}
 	for _, it := range short {
 		st := &it.st
-		d, _ := rule.Judge(it.p.Tenant, int(st.shard), int(st.own), max(got, lease), int(st.scheduled))
+		d, _ := rule.Judge(it.p.Tenant, int(st.Shard), int(st.Own), max(got, lease), int(st.Scheduled))
 		if d.Admit {
 			// More capacity would admit it, but there is none to be had
 			// now: the refusal the lease gave.
-			d, _ = rule.Judge(it.p.Tenant, int(st.shard), int(st.own), lease, int(st.scheduled))
+			d, _ = rule.Judge(it.p.Tenant, int(st.Shard), int(st.Own), lease, int(st.Scheduled))
 		}
 		if d.Admit {
 			d.Admit, d.Reason, d.RetryAfter = false, tenantcap.ReasonSystem, rule.RetryAfter
@@ -622,17 +622,17 @@ func (c *Committer) ask(ctx context.Context, g *group) (int, error) {
 	byTenant, scheduledByTenant := map[string]int{}, map[string]int{}
 	for i, it := range g.sent {
 		st := &it.st
-		if st.outcome != outcomeNew {
+		if st.Outcome != outcomeNew {
 			continue
 		}
 		a := tenantcap.Admission{
 			Shard: c.shard, Tenant: it.p.Tenant, Req: &it.p.Req,
-			Running:      int(st.own) + 1 - byTenant[it.p.Tenant],
-			ShardRunning: int(st.shard) + 1 - refused,
-			ShardLease:   int(st.lease),
+			Running:      int(st.Own) + 1 - byTenant[it.p.Tenant],
+			ShardRunning: int(st.Shard) + 1 - refused,
+			ShardLease:   int(st.Lease),
 		}
-		if st.scheduled > 0 {
-			a.Scheduled = int(st.scheduled) - scheduledByTenant[it.p.Tenant]
+		if st.Scheduled > 0 {
+			a.Scheduled = int(st.Scheduled) - scheduledByTenant[it.p.Tenant]
 		}
 		err := c.opts.Admitter.Admit(ctx, a)
 		if err == nil {
@@ -643,14 +643,14 @@ func (c *Committer) ask(ctx context.Context, g *group) (int, error) {
 			// retried.
 			return 0, err
 		}
-		if st.scheduled > 0 {
+		if st.Scheduled > 0 {
 			scheduledByTenant[it.p.Tenant]++
 		}
 		if g.skip == nil {
 			g.skip = make([]bool, len(g.sent))
 		}
 		g.skip[i] = true
-		st.outcome = outcomeSkipped
+		st.Outcome = outcomeSkipped
 		it.err = err
 		byTenant[it.p.Tenant]++
 		refused++
@@ -675,24 +675,20 @@ func readStarted(br pgx.BatchResults, g *group) error {
 	if err != nil {
 		return fmt.Errorf("runstore: start group: %w", err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var r startedRow
-		if err := r.scan(rows); err != nil {
-			return err
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByName[startedRow])
+	if err != nil {
+		return fmt.Errorf("runstore: start group: %w", err)
+	}
+	for _, r := range got {
+		if r.Ord < 1 || int(r.Ord) > len(g.sent) {
+			return fmt.Errorf("runstore: start group: a row for start %d of %d", r.Ord, len(g.sent))
 		}
-		if r.ord < 1 || int(r.ord) > len(g.sent) {
-			return fmt.Errorf("runstore: start group: a row for start %d of %d", r.ord, len(g.sent))
-		}
-		it := g.sent[r.ord-1]
-		if r.outcome == outcomeSkipped && it.st.outcome == outcomeSkipped {
+		it := g.sent[r.Ord-1]
+		if r.Outcome == outcomeSkipped && it.st.Outcome == outcomeSkipped {
 			// Refused by the hook on an earlier writing: keep its error.
 			continue
 		}
 		it.st = r
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("runstore: start group: %w", err)
 	}
 	return nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -120,15 +119,15 @@ func List(ctx context.Context, db claim.DB, p ListParams) (ListResult, error) {
 	if err != nil {
 		return ListResult{}, fmt.Errorf("runstore: list runs: %w", err)
 	}
-	defer rows.Close()
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByName[RunRow])
+	if err != nil {
+		return ListResult{}, fmt.Errorf("runstore: list runs: %w", err)
+	}
 	var out ListResult
 	var pks []int64
 	size, more := 0, false
-	for rows.Next() {
-		run, pk, err := scanRun(rows, p.Shard, nil)
-		if err != nil {
-			return ListResult{}, err
-		}
+	for _, r := range got {
+		run := r.Run(p.Shard)
 		item, err := json.Marshal(api.ListItem(run))
 		if err != nil {
 			return ListResult{}, fmt.Errorf("runstore: list runs: %w", err)
@@ -142,11 +141,7 @@ func List(ctx context.Context, db claim.DB, p ListParams) (ListResult, error) {
 		}
 		size += len(item) + 1
 		out.Runs = append(out.Runs, run)
-		pks = append(pks, pk)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return ListResult{}, fmt.Errorf("runstore: list runs: %w", err)
+		pks = append(pks, r.PK)
 	}
 	if more {
 		out.NextCursor = EncodeCursor(pks[len(pks)-1])
@@ -155,44 +150,4 @@ func List(ctx context.Context, db claim.DB, p ListParams) (ListResult, error) {
 		out.Runs = []api.Run{}
 	}
 	return out, nil
-}
-
-// scanRun reads the run columns shared by RunGet and RunList; when hash is
-// not nil it also reads the request hash that RunGet appends.
-func scanRun(row pgx.Row, shard int, hash *[]byte) (api.Run, int64, error) {
-	var (
-		run               api.Run
-		pk                int64
-		status            string
-		created           time.Time
-		claimed, finished *time.Time
-		output            []byte
-		errText           *string
-	)
-	dest := []any{&pk, &run.ID, &run.Tenant, &run.Name, &run.Queue,
-		&run.FairnessKey, &run.QuotaKey, &run.Priority, &status, &run.Attempts,
-		&created, &claimed, &finished, &output, &errText}
-	if hash != nil {
-		dest = append(dest, hash)
-	}
-	if err := row.Scan(dest...); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return api.Run{}, 0, ErrNotFound
-		}
-		return api.Run{}, 0, fmt.Errorf("runstore: read run: %w", err)
-	}
-	run.Shard = shard
-	run.Status = api.Status(status)
-	run.CreatedAt = api.Time{Time: created}
-	if claimed != nil {
-		run.ClaimedAt = &api.Time{Time: *claimed}
-	}
-	if finished != nil {
-		run.FinishedAt = &api.Time{Time: *finished}
-	}
-	if len(output) > 0 {
-		run.Output = json.RawMessage(output)
-	}
-	run.Error = errText
-	return run, pk, nil
 }

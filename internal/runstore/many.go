@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/harvest-run/harvest/internal/pgrow"
+	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
-var sqlRunGetMany = mustSQL("RunGetMany")
+var sqlRunGetMany = sqlfile.Must(sqlFiles, "RunGetMany")
 
 // GetMany reads several runs of one shard in one query: run i is
 // (tenants[i], ids[i]). Runs come back in creation order; pairs with no run
@@ -22,21 +24,13 @@ func GetMany(ctx context.Context, db claim.DB, tenants, ids []string, shard int)
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := db.Query(ctx, sqlRunGetMany, tenants, ids)
+	got, err := pgrow.All[RunRow](ctx, db, sqlRunGetMany, tenants, ids)
 	if err != nil {
 		return nil, fmt.Errorf("runstore: read runs: %w", err)
 	}
-	defer rows.Close()
-	out := make([]api.Run, 0, len(ids))
-	for rows.Next() {
-		run, _, err := scanRun(rows, shard, nil)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, run)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("runstore: read runs: %w", err)
+	out := make([]api.Run, len(got))
+	for i, r := range got {
+		out[i] = r.Run(shard)
 	}
 	return out, nil
 }

@@ -9,13 +9,15 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harvest-run/harvest/internal/dberr"
+	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
 var (
-	sqlRunRetryLock = mustSQL("RunRetryLock")
-	sqlRunRetry     = mustSQL("RunRetry")
+	sqlRunRetryLock = sqlfile.Must(sqlFiles, "RunRetryLock")
+	sqlRunRetry     = sqlfile.Must(sqlFiles, "RunRetry")
 )
 
 // ErrNotRetryable means the run cannot be retried by hand: it is not
@@ -58,7 +60,7 @@ type RetryResult struct {
 // fence's error (AsMoved); a run a move is copying gives ErrRunMoving; an
 // unknown id ErrNotFound; a run in another status ErrNotRetryable. A
 // transaction the database broke (deadlock) is tried again.
-func Retry(ctx context.Context, db Beginner, p RetryParams) (RetryResult, error) {
+func Retry(ctx context.Context, db shard.Beginner, p RetryParams) (RetryResult, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := retryOnce(ctx, db, p)
 		if err == nil || !dberr.Conflict(err) || attempt == maxTxAttempts || ctx.Err() != nil {
@@ -67,7 +69,7 @@ func Retry(ctx context.Context, db Beginner, p RetryParams) (RetryResult, error)
 	}
 }
 
-func retryOnce(ctx context.Context, db Beginner, p RetryParams) (RetryResult, error) {
+func retryOnce(ctx context.Context, db shard.Beginner, p RetryParams) (RetryResult, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return RetryResult{}, fmt.Errorf("runstore: begin: %w", err)

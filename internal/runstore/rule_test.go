@@ -99,13 +99,13 @@ func TestStartGroupDecidesAsJudge(t *testing.T) {
 			case d.Admit:
 				want = outcomeNew
 			}
-			require.Equal(t, want, st.outcome, "start %s/%s (%+v)", tn, it.p.Req.ID, d)
+			require.Equal(t, want, st.Outcome, "start %s/%s (%+v)", tn, it.p.Req.ID, d)
 			if want == outcomeRefused {
-				require.Equal(t, string(d.Reason), st.reason)
+				require.Equal(t, string(d.Reason), st.Reason)
 			}
-			require.Equal(t, [3]int{own[tn], local, scheduled}, [3]int{int(st.own), int(st.shard), int(st.scheduled)},
+			require.Equal(t, [3]int{own[tn], local, scheduled}, [3]int{int(st.Own), int(st.Shard), int(st.Scheduled)},
 				"the counts start %s/%s was judged with", tn, it.p.Req.ID)
-			require.Equal(t, lease, int(st.lease))
+			require.Equal(t, lease, int(st.Lease))
 			if want == outcomeNew {
 				own[tn]++
 				local++

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
@@ -23,22 +24,20 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
-
 var (
-	sqlRunStart        = mustSQL("RunStart")
-	sqlRunStartGroup   = mustSQL("RunStartGroup")
-	sqlRunStartFlush   = mustSQL("RunStartFlush")
-	sqlRunGet          = mustSQL("RunGet")
-	sqlRunList         = mustSQL("RunList")
-	sqlRunLock         = mustSQL("RunLock")
-	sqlRunFinish       = mustSQL("RunFinish")
-	sqlTaskCancelByRun = mustSQL("TaskCancelByRun")
-	sqlRunMoveCheck    = mustSQL("RunMoveCheck")
+	sqlRunStart        = sqlfile.Must(sqlFiles, "RunStart")
+	sqlRunStartGroup   = sqlfile.Must(sqlFiles, "RunStartGroup")
+	sqlRunStartFlush   = sqlfile.Must(sqlFiles, "RunStartFlush")
+	sqlRunGet          = sqlfile.Must(sqlFiles, "RunGet")
+	sqlRunList         = sqlfile.Must(sqlFiles, "RunList")
+	sqlRunLock         = sqlfile.Must(sqlFiles, "RunLock")
+	sqlRunFinish       = sqlfile.Must(sqlFiles, "RunFinish")
+	sqlTaskCancelByRun = sqlfile.Must(sqlFiles, "TaskCancelByRun")
+	sqlRunMoveCheck    = sqlfile.Must(sqlFiles, "RunMoveCheck")
 
-	sqlRunGetManyHashed = mustSQL("RunGetManyHashed")
+	sqlRunGetManyHashed = sqlfile.Must(sqlFiles, "RunGetManyHashed")
 
-	sqlTenantRunningLock = mustSQL("TenantRunningLock")
+	sqlTenantRunningLock = sqlfile.Must(sqlFiles, "TenantRunningLock")
 )
 
 // ErrConflict means a run with the same id exists but was started with a
@@ -47,9 +46,6 @@ var ErrConflict = errors.New("runstore: a run with this id exists with a differe
 
 // ErrNotFound means the tenant has no run with that id.
 var ErrNotFound = errors.New("runstore: run not found")
-
-// Beginner opens transactions: a *pgxpool.Pool or a *pgx.Conn.
-type Beginner = shard.Beginner
 
 // StartParams is one validated start, bound to its tenant and shard.
 type StartParams struct {
@@ -96,7 +92,7 @@ type StartResult struct {
 // all in one transaction. A replay of the same request returns the
 // existing run with Created false; the same id with a different request
 // returns ErrConflict. Nothing is written unless everything is.
-func Start(ctx context.Context, db Beginner, p StartParams) (StartResult, error) {
+func Start(ctx context.Context, db shard.Beginner, p StartParams) (StartResult, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return StartResult{}, fmt.Errorf("runstore: begin: %w", err)
@@ -120,7 +116,7 @@ func StartTx(ctx context.Context, tx pgx.Tx, p StartParams) (StartResult, error)
 	if err != nil {
 		return StartResult{}, err
 	}
-	res, found, err := scanStarted(tx.QueryRow(ctx, sqlRunStart, row.args()...), p.Shard)
+	res, found, err := startNew(ctx, tx, &row, p.Shard)
 	if err != nil {
 		return StartResult{}, err
 	}
@@ -222,51 +218,27 @@ const (
 	outcomeError    = "error"
 )
 
-// startedRow is one row of RunStartGroup: what became of one start.
+// startedRow is one row of RunStartGroup: what became of one start. The
+// statement answers zero (not NULL) for what does not apply to a start.
 type startedRow struct {
-	ord     int32
-	outcome string
-	// reason is why the rule refused it (tenantcap's Reason names, or
+	Ord     int32  `db:"ord"`
+	Outcome string `db:"outcome"`
+	// Reason is why the rule refused it (tenantcap's Reason names, or
 	// 'closed').
-	reason        string
-	pk, taskID    int64
-	due, busy     bool
-	own, shard    int64 // the tenant's and the shard's counts before it
-	lease         int64 // the shard's capacity lease
-	scheduled     int64 // the tenant's runs not due yet with it (0: it is due)
-	movedTo       int32
-	errCode       string
-	errMessage    string
-	errConstraint string
-	createdAt     time.Time
-}
-
-// scan reads one row of RunStartGroup.
-func (r *startedRow) scan(rows pgx.Rows) error {
-	var (
-		reason, code, msg, constraint *string
-		pk, task, own, shard          *int64
-		lease, scheduled              *int64
-		due, busy                     *bool
-		moved                         *int32
-	)
-	err := rows.Scan(&r.ord, &r.outcome, &reason, &pk, &task, &due, &busy, &own, &shard, &lease, &scheduled,
-		&moved, &code, &msg, &constraint, &r.createdAt)
-	if err != nil {
-		return fmt.Errorf("runstore: start group: %w", err)
-	}
-	r.reason, r.errCode, r.errMessage, r.errConstraint = deref(reason), deref(code), deref(msg), deref(constraint)
-	r.pk, r.taskID, r.own, r.shard = deref(pk), deref(task), deref(own), deref(shard)
-	r.lease, r.scheduled, r.due, r.busy, r.movedTo = deref(lease), deref(scheduled), deref(due), deref(busy), deref(moved)
-	return nil
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
+	Reason        string    `db:"reason"`
+	PK            int64     `db:"run_pk"`
+	TaskID        int64     `db:"task_id"`
+	Due           bool      `db:"due"`
+	Busy          bool      `db:"busy"`
+	Own           int64     `db:"own"`       // the tenant's count before it
+	Shard         int64     `db:"shard"`     // the shard's count before it
+	Lease         int64     `db:"lease"`     // the shard's capacity lease
+	Scheduled     int64     `db:"scheduled"` // the tenant's runs not due yet with it (0: it is due)
+	MovedTo       int32     `db:"moved_to"`
+	ErrCode       string    `db:"err_code"`
+	ErrMessage    string    `db:"err_message"`
+	ErrConstraint string    `db:"err_constraint"`
+	CreatedAt     time.Time `db:"created_at"`
 }
 
 // result is the answer to the start of a new run: the run as stored, and
@@ -277,27 +249,27 @@ func (r *startedRow) result(it *pending, shard int) StartResult {
 		Run: api.Run{
 			ID: req.ID, Tenant: it.p.Tenant, Name: req.Name, Queue: req.Queue, Shard: shard,
 			FairnessKey: it.row.key, QuotaKey: it.row.quota, Priority: req.Priority,
-			Status: api.StatusQueued, CreatedAt: api.Time{Time: r.createdAt},
+			Status: api.StatusQueued, CreatedAt: api.Time{Time: r.CreatedAt},
 		},
 		Created:      true,
-		TaskID:       r.taskID,
-		QueueBusy:    r.busy,
-		Running:      int(r.own) + 1,
-		ShardRunning: int(r.shard) + 1,
-		ShardLease:   int(r.lease),
-		Scheduled:    int(r.scheduled),
+		TaskID:       r.TaskID,
+		QueueBusy:    r.Busy,
+		Running:      int(r.Own) + 1,
+		ShardRunning: int(r.Shard) + 1,
+		ShardLease:   int(r.Lease),
+		Scheduled:    int(r.Scheduled),
 	}
 }
 
 // decision is the refusal of a start the statement refused by rule, in
 // tenantcap's words: its 429's message names the limit and the counts.
 func (r *startedRow) decision(rule tenantcap.Rule, tenant string) tenantcap.Decision {
-	d, _ := rule.Judge(tenant, int(r.shard), int(r.own), int(r.lease), int(r.scheduled))
-	if d.Admit || string(d.Reason) != r.reason {
+	d, _ := rule.Judge(tenant, int(r.Shard), int(r.Own), int(r.Lease), int(r.Scheduled))
+	if d.Admit || string(d.Reason) != r.Reason {
 		// The statement and Judge disagree, which their property test
 		// rules out: the statement's decision stands, it is what was
 		// written.
-		d.Admit, d.Reason, d.RetryAfter = false, tenantcap.Reason(r.reason), rule.RetryAfter
+		d.Admit, d.Reason, d.RetryAfter = false, tenantcap.Reason(r.Reason), rule.RetryAfter
 	}
 	return d
 }
@@ -310,29 +282,30 @@ func quotaKey(r *api.StartRequest) string {
 	return ""
 }
 
-// scanStarted reads RunStart's row; found is false when the id existed.
-func scanStarted(row pgx.Row, shard int) (StartResult, bool, error) {
-	var (
-		res     StartResult
-		pk      int64
-		status  string
-		created time.Time
-		run     = &res.Run
-	)
-	err := row.Scan(&pk, &run.ID, &run.Tenant, &run.Name, &run.Queue, &run.FairnessKey, &run.QuotaKey,
-		&run.Priority, &status, &run.Attempts, &created, &res.TaskID, &res.QueueBusy, &res.Running, &res.ShardRunning, &res.ShardLease,
-		&res.Scheduled)
+// startedRunRow is RunStart's row: the new run and what its start counted.
+type startedRunRow struct {
+	RunRow
+	TaskID       int64 `db:"task_id"`
+	QueueBusy    bool  `db:"queue_busy"`
+	Running      int   `db:"running"`
+	ShardRunning int   `db:"shard_running"`
+	ShardLease   int   `db:"shard_lease"`
+	Scheduled    int   `db:"scheduled"`
+}
+
+// startNew runs RunStart; found is false when the id existed.
+func startNew(ctx context.Context, tx pgx.Tx, row *startRow, shard int) (StartResult, bool, error) {
+	r, err := pgrow.One[startedRunRow](ctx, tx, sqlRunStart, row.args()...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return StartResult{}, false, nil
 	}
 	if err != nil {
 		return StartResult{}, false, fmt.Errorf("runstore: start run: %w", err)
 	}
-	run.Shard = shard
-	run.Status = api.Status(status)
-	run.CreatedAt = api.Time{Time: created}
-	res.Created = true
-	return res, true, nil
+	return StartResult{
+		Run: r.Run(shard), Created: true, TaskID: r.TaskID, QueueBusy: r.QueueBusy,
+		Running: r.Running, ShardRunning: r.ShardRunning, ShardLease: r.ShardLease, Scheduled: r.Scheduled,
+	}, true, nil
 }
 
 // replay answers a start whose id exists: the existing run when the
@@ -363,26 +336,13 @@ func Existing(ctx context.Context, db claim.DB, ps []StartParams) (out []StartOu
 	for i, p := range ps {
 		tenants[i], ids[i] = p.Tenant, p.Req.ID
 	}
-	rows, err := db.Query(ctx, sqlRunGetManyHashed, tenants, ids)
+	got, err := pgrow.All[hashedRow](ctx, db, sqlRunGetManyHashed, tenants, ids)
 	if err != nil {
 		return nil, nil, fmt.Errorf("runstore: read runs: %w", err)
 	}
-	defer rows.Close()
-	type stored struct {
-		run  api.Run
-		hash []byte
-	}
-	held := map[[2]string]stored{}
-	for rows.Next() {
-		var hash []byte
-		run, _, err := scanRun(rows, ps[0].Shard, &hash)
-		if err != nil {
-			return nil, nil, err
-		}
-		held[[2]string{run.Tenant, run.ID}] = stored{run, hash}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("runstore: read runs: %w", err)
+	held := map[[2]string]hashedRow{}
+	for _, r := range got {
+		held[[2]string{r.Tenant, r.ID}] = r
 	}
 	for i := range ps {
 		st, ok := held[[2]string{ps[i].Tenant, ps[i].Req.ID}]
@@ -394,8 +354,8 @@ func Existing(ctx context.Context, db claim.DB, ps []StartParams) (out []StartOu
 		if err != nil {
 			return nil, nil, err
 		}
-		out[i].Result.Run = st.run
-		if !bytes.Equal(st.hash, want) {
+		out[i].Result.Run = st.Run(ps[i].Shard)
+		if !bytes.Equal(st.RequestHash, want) {
 			out[i].Err = ErrConflict
 		}
 	}
@@ -409,13 +369,15 @@ func Get(ctx context.Context, db claim.DB, tenant, id string, shard int) (api.Ru
 	return run, err
 }
 
-func get(ctx context.Context, db claim.DB, tenant, id string, shard int) (api.Run, []byte, error) {
-	var hash []byte
-	run, _, err := scanRun(db.QueryRow(ctx, sqlRunGet, tenant, id), shard, &hash)
-	if err != nil {
-		return api.Run{}, nil, err
+func get(ctx context.Context, db shard.Querier, tenant, id string, shard int) (api.Run, []byte, error) {
+	r, err := pgrow.One[hashedRow](ctx, db, sqlRunGet, tenant, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return api.Run{}, nil, ErrNotFound
 	}
-	return run, hash, nil
+	if err != nil {
+		return api.Run{}, nil, fmt.Errorf("runstore: read run: %w", err)
+	}
+	return r.Run(shard), r.RequestHash, nil
 }
 
 // RequestHash identifies a start request apart from its id: two requests

@@ -8,16 +8,17 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
 var (
-	sqlRunWaitingState      = mustSQL("RunWaitingState")
-	sqlRunWaitingDeferred   = mustSQL("RunWaitingDeferred")
-	sqlRunWaitingFairOwn    = mustSQL("RunWaitingFairOwn")
-	sqlRunWaitingFairKeys   = mustSQL("RunWaitingFairKeys")
-	sqlRunWaitingQueueOrder = mustSQL("RunWaitingQueueOrder")
+	sqlRunWaitingState      = sqlfile.Must(sqlFiles, "RunWaitingState")
+	sqlRunWaitingDeferred   = sqlfile.Must(sqlFiles, "RunWaitingDeferred")
+	sqlRunWaitingFairOwn    = sqlfile.Must(sqlFiles, "RunWaitingFairOwn")
+	sqlRunWaitingFairKeys   = sqlfile.Must(sqlFiles, "RunWaitingFairKeys")
+	sqlRunWaitingQueueOrder = sqlfile.Must(sqlFiles, "RunWaitingQueueOrder")
 )
 
 // Bounds of the work of one Waiting call: beyond them the counts are

@@ -112,9 +112,6 @@ func Latest() int {
 	return ms[len(ms)-1].Version
 }
 
-// Beginner is what Migrate needs of a connection or pool.
-type Beginner = shard.Beginner
-
 // ErrPreBaseline is returned by Migrate for a shard whose schema was made
 // by a development build from before the migrations were squashed into one
 // baseline: nothing was released then, so such a shard is recreated rather
@@ -127,7 +124,7 @@ var ErrPreBaseline = errors.New("schema: the shard was created by a development 
 // changes nothing. A shard already migrated by a newer release reports its
 // newer version and is left alone, functions included: migrations are
 // additive, so an older binary keeps running against it.
-func Migrate(ctx context.Context, db Beginner) (int, error) {
+func Migrate(ctx context.Context, db shard.Beginner) (int, error) {
 	ms, err := Migrations()
 	if err != nil {
 		return 0, err

@@ -1,9 +1,3 @@
-// Package sqlfile reads the SQL statements a package embeds.
-//
-// Each package that talks to a shard keeps its statements in sql/Name.sql
-// files, named by their noun first (TaskClaimFair, WeightSetOne), and embeds
-// them with go:embed. Reading them goes through Must, so a missing file
-// fails at package initialisation rather than at the first query.
 package sqlfile
 
 import (
@@ -12,7 +6,8 @@ import (
 )
 
 // Must returns the text of sql/<name>.sql in fsys. It panics when the file
-// is missing, which can only be a build mistake.
+// is missing, which can only be a build mistake; called in a package
+// variable's initialiser, that panic comes at init (see the package doc).
 func Must(fsys fs.FS, name string) string {
 	b, err := fs.ReadFile(fsys, "sql/"+name+".sql")
 	if err != nil {

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/pkg/dispatch"
 )
 
@@ -43,30 +45,30 @@ func (m *mover) copyAll(ctx context.Context, src, dst int) error {
 			if err != nil {
 				return err
 			}
-			var left, deferred int64
-			if err := m.o.Shards[src].QueryRow(ctx, sqlRunTenantLeft, m.tenant).Scan(&left, &deferred); err != nil {
+			left, err := pgrow.One[runsLeft](ctx, m.o.Shards[src], sqlRunTenantLeft, m.tenant)
+			if err != nil {
 				return fmt.Errorf("tenantmove: count runs left on shard %d: %w", src, err)
 			}
-			if err := m.step(Step{Name: "drop", Batch: n, Runs: dropped, Waiting: int(left)}); err != nil {
+			if err := m.step(Step{Name: "drop", Batch: n, Runs: dropped, Waiting: int(left.Runs)}); err != nil {
 				return err
 			}
 			continue
 		}
-		var left, deferred int64
-		if err := m.o.Shards[src].QueryRow(ctx, sqlRunTenantLeft, m.tenant).Scan(&left, &deferred); err != nil {
+		left, err := pgrow.One[runsLeft](ctx, m.o.Shards[src], sqlRunTenantLeft, m.tenant)
+		if err != nil {
 			return fmt.Errorf("tenantmove: count runs left on shard %d: %w", src, err)
 		}
-		if left == 0 {
+		if left.Runs == 0 {
 			return nil
 		}
-		if deferred > 0 {
+		if deferred := left.Deferred; deferred > 0 {
 			// The deferred step ran under S's fence, after which no
 			// deferred start of the tenant can be written on S.
 			return fmt.Errorf("tenantmove: %d deferred runs of %s appeared on shard %d after it was fenced", deferred, m.tenant, src)
 		}
 		if m.o.Progress != nil && time.Since(m.lastWait) >= time.Second {
 			m.lastWait = time.Now()
-			m.o.Progress(Step{Name: "wait", Batch: m.rep.Batches, Waiting: int(left)})
+			m.o.Progress(Step{Name: "wait", Batch: m.rep.Batches, Waiting: int(left.Runs)})
 		}
 		if err := sleep(ctx, m.o.Poll); err != nil {
 			return err
@@ -103,23 +105,13 @@ func (m *mover) hide(ctx context.Context, src, dst int) ([]int64, error) {
 		}
 		// A claim, a continuation or a retry that committed before the
 		// run's lock left a task in play: that run stays for a later batch.
-		rows, err := tx.Query(ctx, sqlTaskLiveOfRuns, locked)
-		if err != nil {
-			return err
-		}
-		live := map[int64]bool{}
-		var pk int64
-		var state string
-		_, err = pgx.ForEachRow(rows, []any{&pk, &state}, func() error {
-			live[pk] = true
-			return nil
-		})
+		live, err := collectPKs(tx.Query(ctx, sqlTaskLiveOfRuns, locked))
 		if err != nil {
 			return err
 		}
 		var stay []int64
 		for _, pk := range locked {
-			if live[pk] {
+			if slices.Contains(live, pk) {
 				stay = append(stay, pk)
 			} else {
 				batch = append(batch, pk)
@@ -276,7 +268,7 @@ func (m *mover) writeTx(ctx context.Context, dst int, runs json.RawMessage, need
 				return err
 			}
 		}
-		rows, err := tx.Query(ctx, sqlRunCopyInsert, string(runs))
+		copied, err := pgrow.All[copiedRun](ctx, tx, sqlRunCopyInsert, string(runs))
 		if err != nil {
 			return err
 		}
@@ -284,19 +276,12 @@ func (m *mover) writeTx(ctx context.Context, dst int, runs json.RawMessage, need
 			newIDs     []string
 			newPKs     []int64
 			unfinished int
-			pk         int64
-			id         string
-			open       bool
 		)
-		_, err = pgx.ForEachRow(rows, []any{&pk, &id, &open}, func() error {
-			newIDs, newPKs = append(newIDs, id), append(newPKs, pk)
-			if open {
+		for _, r := range copied {
+			newIDs, newPKs = append(newIDs, r.ID), append(newPKs, r.PK)
+			if r.Unfinished {
 				unfinished++
 			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
 		if after != nil && len(newIDs) > 0 {
 			if err := after(tx, newIDs, newPKs); err != nil {
@@ -389,16 +374,15 @@ func (m *mover) dropRuns(ctx context.Context, tx pgx.Tx, pks []int64) (int, erro
 	if err != nil {
 		return 0, err
 	}
-	var n, open int
-	var unfinished bool
-	if _, err := pgx.ForEachRow(rows, []any{&unfinished}, func() error {
-		n++
-		if unfinished {
+	unfinished, err := pgx.CollectRows(rows, pgx.RowTo[bool])
+	if err != nil {
+		return 0, err
+	}
+	n, open := len(unfinished), 0
+	for _, u := range unfinished {
+		if u {
 			open++
 		}
-		return nil
-	}); err != nil {
-		return 0, err
 	}
 	if open > 0 {
 		if _, err := tx.Exec(ctx, sqlTenantRunningAdd, m.tenant, -open); err != nil {
@@ -420,4 +404,17 @@ func collectStrings(rows pgx.Rows, err error) ([]string, error) {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// runsLeft is what RunTenantLeft counts of the tenant's runs on a shard.
+type runsLeft struct {
+	Runs     int64 `db:"runs"`
+	Deferred int64 `db:"deferred"`
+}
+
+// copiedRun is a row of RunCopyInsert: a run written on the new home.
+type copiedRun struct {
+	PK         int64  `db:"pk"`
+	ID         string `db:"id"`
+	Unfinished bool   `db:"unfinished"`
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/directory"
 	"github.com/harvest-run/harvest/internal/shards"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
@@ -43,7 +44,7 @@ func move(ctx context.Context, o Options, tenant string, to int) (Report, error)
 	}
 	defer unlock()
 
-	dbs := make([]tenantcap.Beginner, len(o.Shards))
+	dbs := make([]shard.Beginner, len(o.Shards))
 	for i, p := range o.Shards {
 		dbs[i] = p
 	}

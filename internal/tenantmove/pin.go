@@ -95,8 +95,8 @@ func pin(ctx context.Context, o Options, tenant string, shard int) (directory.En
 func noRuns(ctx context.Context, o Options, tenant string) error {
 	var total int64
 	for i, db := range o.Shards {
-		var runs, unfinished, counted int64
-		if err := db.QueryRow(ctx, sqlRunTenantCount, tenant).Scan(&runs, &unfinished); err != nil {
+		var runs, counted int64
+		if err := db.QueryRow(ctx, sqlRunTenantCount, tenant).Scan(&runs); err != nil {
 			return fmt.Errorf("tenantmove: count runs on shard %d: %w", i, err)
 		}
 		if err := db.QueryRow(ctx, sqlTenantRunningRead, tenant).Scan(&counted); err != nil {

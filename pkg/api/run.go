@@ -1,6 +1,11 @@
 package api
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // Status is where a run stands.
 type Status string
@@ -14,6 +19,33 @@ const (
 	StatusFailed    Status = "failed"
 	StatusCancelled Status = "cancelled"
 )
+
+// statuses is every run status, in the order of a run's life; the one
+// list the filters, the CLI and the console check against.
+var statuses = []Status{StatusDeferred, StatusQueued, StatusRunning, StatusCompleted, StatusFailed, StatusCancelled}
+
+// Statuses returns every run status, in the order of a run's life. The
+// schema's CHECK constraint on runs.status allows exactly these; a test of
+// internal/schema reads the constraint from a migrated database and
+// compares, so the two cannot drift apart.
+func Statuses() []Status { return slices.Clone(statuses) }
+
+// Known reports whether s is one of Statuses.
+func (s Status) Known() bool { return slices.Contains(statuses, s) }
+
+// ParseStatus reads a run status by its name, as the status filters of
+// GET /v1/runs, the CLI and the console take it; the error of an unknown
+// name lists the known ones.
+func ParseStatus(name string) (Status, error) {
+	if s := Status(name); s.Known() {
+		return s, nil
+	}
+	names := make([]string, len(statuses))
+	for i, s := range statuses {
+		names[i] = string(s)
+	}
+	return "", fmt.Errorf("unknown status %q (known: %s)", name, strings.Join(names, ", "))
+}
 
 // Final reports whether a run in this status will never change again.
 func (s Status) Final() bool {

@@ -212,10 +212,13 @@ func (a *Admitter) CheckBefore(ctx context.Context, tx pgx.Tx, shard int, tenant
 	b.Queue(sqlAdmitLock, tenant)
 	b.Queue(sqlAdmitRead, tenant)
 	br := tx.SendBatch(ctx, b)
-	var own, local, lease int64
+	var c admitCounts
 	_, err := br.Exec()
 	if err == nil {
-		err = br.QueryRow().Scan(&own, &local, &lease)
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			c, err = pgx.CollectOneRow(rows, pgx.RowToStructByName[admitCounts])
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -223,7 +226,16 @@ func (a *Admitter) CheckBefore(ctx context.Context, tx pgx.Tx, shard int, tenant
 	if err != nil {
 		return Decision{}, fmt.Errorf("tenantcap: read running counts: %w", err)
 	}
-	return a.judge(ctx, shard, tenant, int(own), int(local), int(lease), 0)
+	return a.judge(ctx, shard, tenant, c.Own, c.Local, c.Lease, 0)
 }
 
 var _ Ruler = (*Admitter)(nil)
+
+// admitCounts is the row of AdmitRead: the tenant's unfinished runs on the
+// shard (with those still on its old home during a move), the shard's and
+// the shard's capacity lease.
+type admitCounts struct {
+	Own   int `db:"own"`
+	Local int `db:"local"`
+	Lease int `db:"lease"`
+}

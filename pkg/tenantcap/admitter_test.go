@@ -17,6 +17,7 @@ import (
 	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
@@ -40,7 +41,7 @@ func newGateway(t *testing.T, urls []string, maxRuns int, cfg tenantcap.Config, 
 func newGatewayEvery(t *testing.T, urls []string, maxRuns int, cfg tenantcap.Config, tenants []string, refresh time.Duration) *gateway {
 	t.Helper()
 	g := &gateway{}
-	var dbs []tenantcap.DB
+	var dbs []shard.Querier
 	for _, u := range urls {
 		pool, err := pgxpool.New(context.Background(), u)
 		require.NoError(t, err)
@@ -98,14 +99,14 @@ func isOverLimit(err error) bool {
 	return errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests && ae.RetryAfterMS > 0
 }
 
-func count(t *testing.T, db tenantcap.DB, q string, args ...any) int {
+func count(t *testing.T, db shard.Querier, q string, args ...any) int {
 	t.Helper()
 	var n int
 	require.NoError(t, db.QueryRow(context.Background(), q, args...).Scan(&n))
 	return n
 }
 
-func setRunning(t *testing.T, db tenantcap.DB, counts map[string]int) {
+func setRunning(t *testing.T, db shard.Querier, counts map[string]int) {
 	t.Helper()
 	for tenant, n := range counts {
 		_, err := db.Exec(context.Background(),
@@ -380,7 +381,7 @@ func TestUsageAndAdmissionView(t *testing.T) {
 	require.NotNil(t, u.Limit)
 	require.Equal(t, 2*(20-4), *u.Limit)
 
-	v, err := tenantcap.BuildAdmissionView(ctx, []tenantcap.DB{g.pools[0], g.pools[1]}, tenantcap.Current{Config: cfg}, nil, 20, []string{a, b, "idle"})
+	v, err := tenantcap.BuildAdmissionView(ctx, []shard.Querier{g.pools[0], g.pools[1]}, tenantcap.Current{Config: cfg}, nil, 20, []string{a, b, "idle"})
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{a: 3, b: 1, "idle": 0}, v.Running)
 	require.Equal(t, 4, v.RunningTotal)
@@ -396,7 +397,7 @@ func TestUsageAndAdmissionView(t *testing.T) {
 	}
 	require.Equal(t, true, m["max_runs_read_only"])
 
-	v, err = tenantcap.BuildAdmissionView(ctx, []tenantcap.DB{g.pools[0], g.pools[1]}, tenantcap.Current{Config: tenantcap.DefaultConfig()}, nil, 20, nil)
+	v, err = tenantcap.BuildAdmissionView(ctx, []shard.Querier{g.pools[0], g.pools[1]}, tenantcap.Current{Config: tenantcap.DefaultConfig()}, nil, 20, nil)
 	require.NoError(t, err)
 	body, _ = json.Marshal(v)
 	require.Contains(t, string(body), `"limit":null`)
@@ -405,7 +406,7 @@ func TestUsageAndAdmissionView(t *testing.T) {
 	dead, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:1/nowhere?connect_timeout=1")
 	require.NoError(t, err)
 	defer dead.Close()
-	v, err = tenantcap.BuildAdmissionView(ctx, []tenantcap.DB{g.pools[0], dead}, tenantcap.Current{Config: cfg}, nil, 20, nil)
+	v, err = tenantcap.BuildAdmissionView(ctx, []shard.Querier{g.pools[0], dead}, tenantcap.Current{Config: cfg}, nil, 20, nil)
 	require.NoError(t, err)
 	require.Equal(t, []int{1}, v.UnavailableShards)
 }

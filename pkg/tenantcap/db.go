@@ -4,49 +4,39 @@ import (
 	"embed"
 
 	"github.com/harvest-run/harvest/internal/sqlfile"
-	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
-
 var (
-	sqlAdmitLock          = mustSQL("AdmitLock")
-	sqlAdmitRead          = mustSQL("AdmitRead")
-	sqlShardTotal         = mustSQL("ShardTotal")
-	sqlRunningByTenant    = mustSQL("RunningByTenant")
-	sqlRecountDrift       = mustSQL("RecountDrift")
-	sqlRecountLock        = mustSQL("RecountLock")
-	sqlRecountFix         = mustSQL("RecountFix")
-	sqlRecountInsert      = mustSQL("RecountInsert")
-	sqlRecountTotalLock   = mustSQL("RecountTotalLock")
-	sqlRecountStripesLock = mustSQL("RecountStripesLock")
-	sqlRecountTotalFix    = mustSQL("RecountTotalFix")
-	sqlSettingsGet        = mustSQL("SettingsGet")
-	sqlSettingsEnsure     = mustSQL("SettingsEnsure")
-	sqlSettingsLock       = mustSQL("SettingsLock")
-	sqlSettingsPut        = mustSQL("SettingsPut")
-	sqlAuditInsert        = mustSQL("AuditInsert")
-	sqlLedgerEnsure       = mustSQL("LedgerEnsure")
-	sqlLedgerLock         = mustSQL("LedgerLock")
-	sqlLedgerRead         = mustSQL("LedgerRead")
-	sqlLedgerGrant        = mustSQL("LedgerGrant")
-	sqlLedgerTakeReturn   = mustSQL("LedgerTakeReturn")
-	sqlLeaseTakeGrant     = mustSQL("LeaseTakeGrant")
-	sqlLeaseRead          = mustSQL("LeaseRead")
-	sqlLeaseGiveBack      = mustSQL("LeaseGiveBack")
-	sqlLeaseTryLock       = mustSQL("LeaseTryLock")
-	sqlPriorityList       = mustSQL("PriorityList")
-	sqlPriorityLock       = mustSQL("PriorityLock")
-	sqlPrioritySet        = mustSQL("PrioritySet")
-	sqlPriorityClear      = mustSQL("PriorityClear")
+	sqlAdmitLock          = sqlfile.Must(sqlFiles, "AdmitLock")
+	sqlAdmitRead          = sqlfile.Must(sqlFiles, "AdmitRead")
+	sqlShardTotal         = sqlfile.Must(sqlFiles, "ShardTotal")
+	sqlRunningByTenant    = sqlfile.Must(sqlFiles, "RunningByTenant")
+	sqlRecountDrift       = sqlfile.Must(sqlFiles, "RecountDrift")
+	sqlRecountLock        = sqlfile.Must(sqlFiles, "RecountLock")
+	sqlRecountFix         = sqlfile.Must(sqlFiles, "RecountFix")
+	sqlRecountInsert      = sqlfile.Must(sqlFiles, "RecountInsert")
+	sqlRecountTotalLock   = sqlfile.Must(sqlFiles, "RecountTotalLock")
+	sqlRecountStripesLock = sqlfile.Must(sqlFiles, "RecountStripesLock")
+	sqlRecountTotalFix    = sqlfile.Must(sqlFiles, "RecountTotalFix")
+	sqlSettingsGet        = sqlfile.Must(sqlFiles, "SettingsGet")
+	sqlSettingsEnsure     = sqlfile.Must(sqlFiles, "SettingsEnsure")
+	sqlSettingsLock       = sqlfile.Must(sqlFiles, "SettingsLock")
+	sqlSettingsPut        = sqlfile.Must(sqlFiles, "SettingsPut")
+	sqlAuditInsert        = sqlfile.Must(sqlFiles, "AuditInsert")
+	sqlLedgerEnsure       = sqlfile.Must(sqlFiles, "LedgerEnsure")
+	sqlLedgerLock         = sqlfile.Must(sqlFiles, "LedgerLock")
+	sqlLedgerRead         = sqlfile.Must(sqlFiles, "LedgerRead")
+	sqlLedgerGrant        = sqlfile.Must(sqlFiles, "LedgerGrant")
+	sqlLedgerTakeReturn   = sqlfile.Must(sqlFiles, "LedgerTakeReturn")
+	sqlLeaseTakeGrant     = sqlfile.Must(sqlFiles, "LeaseTakeGrant")
+	sqlLeaseRead          = sqlfile.Must(sqlFiles, "LeaseRead")
+	sqlLeaseGiveBack      = sqlfile.Must(sqlFiles, "LeaseGiveBack")
+	sqlLeaseTryLock       = sqlfile.Must(sqlFiles, "LeaseTryLock")
+	sqlPriorityList       = sqlfile.Must(sqlFiles, "PriorityList")
+	sqlPriorityLock       = sqlfile.Must(sqlFiles, "PriorityLock")
+	sqlPrioritySet        = sqlfile.Must(sqlFiles, "PrioritySet")
+	sqlPriorityClear      = sqlfile.Must(sqlFiles, "PriorityClear")
 )
-
-// DB is what reads need of a shard: a *pgxpool.Pool, a *pgx.Conn or a
-// pgx.Tx all qualify.
-type DB = shard.Querier
-
-// Beginner is a DB that can open transactions (a pool or a connection).
-type Beginner = shard.Beginner

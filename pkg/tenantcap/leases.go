@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -34,7 +35,7 @@ const (
 type LeasesOptions struct {
 	// Shards are the shard databases in shard order; Shards[0] holds the
 	// ledger. Required.
-	Shards []Beginner
+	Shards []shard.Beginner
 	// MaxRuns is the capacity the ledger divides (DefaultMaxRuns when
 	// zero). Every gateway must use the same.
 	MaxRuns int
@@ -52,7 +53,7 @@ type LeasesOptions struct {
 // One per gateway; safe for concurrent use, and any number of gateways may
 // move capacity at once.
 type Leases struct {
-	dbs      []Beginner
+	dbs      []shard.Beginner
 	maxRuns  int
 	block    int
 	interval time.Duration

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/internal/testsvc"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
 
@@ -24,7 +25,7 @@ type leasesBundle struct {
 func setupLeases(t *testing.T, shards, maxRuns, block int) *leasesBundle {
 	t.Helper()
 	b := &leasesBundle{ctx: context.Background()}
-	var pools []tenantcap.Beginner
+	var pools []shard.Beginner
 	for range shards {
 		db := testsvc.NewDB(t)
 		b.dbs = append(b.dbs, db)

@@ -13,7 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harvest-run/harvest/internal/auth"
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/weights"
 )
 
@@ -63,7 +65,7 @@ func (c Ceilings) List() []api.PriorityCeiling {
 }
 
 // LoadCeilings reads every ceiling from shard 0.
-func LoadCeilings(ctx context.Context, shard0 DB) (Ceilings, error) {
+func LoadCeilings(ctx context.Context, shard0 shard.Querier) (Ceilings, error) {
 	rows, err := shard0.Query(ctx, sqlPriorityList, MaxPriorityCeilings)
 	if err != nil {
 		return nil, fmt.Errorf("tenantcap: read priority ceilings: %w", err)
@@ -127,7 +129,7 @@ func validateCeiling(tenant string, maxPriority int) error {
 // The caller audits a refusal (RecordCeilingRefusal; the gateway's routes
 // do it for every refusal they answer). Announce the change with
 // PublishCeilings.
-func SetCeiling(ctx context.Context, shard0 Beginner, actor, tenant string, maxPriority int) (api.PriorityCeiling, error) {
+func SetCeiling(ctx context.Context, shard0 shard.Beginner, actor, tenant string, maxPriority int) (api.PriorityCeiling, error) {
 	attempted, _ := json.Marshal(map[string]any{"tenant": tenant, "max_priority": maxPriority})
 	if err := validateCeiling(tenant, maxPriority); err != nil {
 		return api.PriorityCeiling{}, err
@@ -140,13 +142,13 @@ func SetCeiling(ctx context.Context, shard0 Beginner, actor, tenant string, maxP
 	if _, err := tx.Exec(ctx, sqlPriorityLock); err != nil {
 		return api.PriorityCeiling{}, fmt.Errorf("tenantcap: lock priority ceilings: %w", err)
 	}
-	var (
-		old       *int32
-		now       int32
-		updatedAt time.Time
-		updatedBy string
-	)
-	err = tx.QueryRow(ctx, sqlPrioritySet, tenant, maxPriority, actor, MaxPriorityCeilings).Scan(&old, &now, &updatedAt, &updatedBy)
+	type set struct {
+		Old       *int32    `db:"old_max"`
+		Now       int32     `db:"max_priority"`
+		UpdatedAt time.Time `db:"updated_at"`
+		UpdatedBy string    `db:"updated_by"`
+	}
+	r, err := pgrow.One[set](ctx, tx, sqlPrioritySet, tenant, maxPriority, actor, MaxPriorityCeilings)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return api.PriorityCeiling{}, api.NewError(api.CodeConflict,
 			"%d tenants have a priority ceiling of their own, the most there may be; clear one first", MaxPriorityCeilings)
@@ -154,21 +156,21 @@ func SetCeiling(ctx context.Context, shard0 Beginner, actor, tenant string, maxP
 	if err != nil {
 		return api.PriorityCeiling{}, fmt.Errorf("tenantcap: set priority ceiling: %w", err)
 	}
-	oldJSON, _ := json.Marshal(ceilingDoc(tenant, old))
-	msg := fmt.Sprintf("tenant %s may start runs up to priority %d", tenant, now)
+	oldJSON, _ := json.Marshal(ceilingDoc(tenant, r.Old))
+	msg := fmt.Sprintf("tenant %s may start runs up to priority %d", tenant, r.Now)
 	if _, err := tx.Exec(ctx, sqlAuditInsert, actor, PriorityAction, oldJSON, attempted, OutcomeOK, msg); err != nil {
 		return api.PriorityCeiling{}, fmt.Errorf("tenantcap: write audit row: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return api.PriorityCeiling{}, fmt.Errorf("tenantcap: commit priority ceiling: %w", err)
 	}
-	return api.PriorityCeiling{Tenant: tenant, MaxPriority: int(now), UpdatedAt: stamp(updatedAt), UpdatedBy: updatedBy}, nil
+	return api.PriorityCeiling{Tenant: tenant, MaxPriority: int(r.Now), UpdatedAt: stamp(r.UpdatedAt), UpdatedBy: r.UpdatedBy}, nil
 }
 
 // ClearCeiling puts tenant back to the default ceiling as actor, audited.
 // Clearing a tenant without a ceiling of its own changes nothing and
 // writes no row. As with SetCeiling, the caller audits a refusal.
-func ClearCeiling(ctx context.Context, shard0 Beginner, actor, tenant string) (api.PriorityCeiling, error) {
+func ClearCeiling(ctx context.Context, shard0 shard.Beginner, actor, tenant string) (api.PriorityCeiling, error) {
 	if err := auth.ValidateTenant(tenant); err != nil {
 		return api.PriorityCeiling{}, api.Invalid("tenant", "%v", err)
 	}
@@ -207,7 +209,7 @@ func ceilingDoc(tenant string, maxPriority *int32) map[string]any {
 
 // RecordCeilingRefusal writes the audit row of a refused ceiling change
 // (attempted is what was asked for), folded like every refusal.
-func RecordCeilingRefusal(ctx context.Context, shard0 DB, actor string, attempted []byte, reason error) error {
+func RecordCeilingRefusal(ctx context.Context, shard0 shard.Querier, actor string, attempted []byte, reason error) error {
 	msg, status := reason.Error(), 0
 	var ae *api.Error
 	if errors.As(reason, &ae) {

@@ -4,21 +4,23 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/harvest-run/harvest/internal/pgrow"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/jackc/pgx/v5"
 )
 
 // Fix is one count a recount corrected: a tenant's, or the shard's
 // (Total).
 type Fix struct {
-	Tenant string `json:"tenant"`
-	Was    int    `json:"was"`
-	Now    int    `json:"now"`
+	Tenant string `json:"tenant" db:"tenant"`
+	Was    int    `json:"was" db:"was"`
+	Now    int    `json:"now" db:"now"`
 	// Created is true when the tenant had unfinished runs but no count row,
 	// or, for the shard's count, when rows of shard_running were missing.
-	Created bool `json:"created,omitempty"`
+	Created bool `json:"created,omitempty" db:"created"`
 	// Total marks the shard's count of unfinished runs (shard_running),
 	// which must equal the sum of the tenants' counts; Tenant is empty.
-	Total bool `json:"total,omitempty"`
+	Total bool `json:"total,omitempty" db:"total"`
 }
 
 // Drift lists the tenants whose running count on the shard differs from
@@ -27,20 +29,8 @@ type Fix struct {
 // snapshot, in which a run and its counts always agree unless a count
 // drifted. Was is the stored count, Now the recount, Created marks a
 // missing count row.
-func Drift(ctx context.Context, db DB) ([]Fix, error) {
-	rows, err := db.Query(ctx, sqlRecountDrift)
-	if err != nil {
-		return nil, fmt.Errorf("tenantcap: read drift: %w", err)
-	}
-	fixes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fix, error) {
-		var (
-			f        Fix
-			was, now int64
-		)
-		err := r.Scan(&f.Tenant, &was, &now, &f.Created, &f.Total)
-		f.Was, f.Now = int(was), int(now)
-		return f, err
-	})
+func Drift(ctx context.Context, db shard.Querier) ([]Fix, error) {
+	fixes, err := pgrow.All[Fix](ctx, db, sqlRecountDrift)
 	if err != nil {
 		return nil, fmt.Errorf("tenantcap: read drift: %w", err)
 	}
@@ -55,7 +45,7 @@ func Drift(ctx context.Context, db DB) ([]Fix, error) {
 // tick and safe next to live starts and finishes. When the shard's count
 // drifted, the recount holds every row of shard_running for its short
 // transaction, so starts and finishes wait for it.
-func Recount(ctx context.Context, db Beginner) ([]Fix, error) {
+func Recount(ctx context.Context, db shard.Beginner) ([]Fix, error) {
 	drift, err := Drift(ctx, db)
 	if err != nil || len(drift) == 0 {
 		return nil, err
@@ -127,12 +117,16 @@ func recountTx(ctx context.Context, tx pgx.Tx, tenants []string, total bool) ([]
 	if !total {
 		return fixes, nil
 	}
-	var was, now int64
-	if err := tx.QueryRow(ctx, sqlRecountTotalFix).Scan(&was, &now); err != nil {
+	type totalFix struct {
+		Was int `db:"was"`
+		Now int `db:"now"`
+	}
+	t, err := pgrow.One[totalFix](ctx, tx, sqlRecountTotalFix)
+	if err != nil {
 		return nil, fmt.Errorf("tenantcap: recount the shard's count: %w", err)
 	}
-	if was != now || made > 0 {
-		fixes = append(fixes, Fix{Total: true, Created: made > 0, Was: int(was), Now: int(now)})
+	if t.Was != t.Now || made > 0 {
+		fixes = append(fixes, Fix{Total: true, Created: made > 0, Was: t.Was, Now: t.Now})
 	}
 	return fixes, nil
 }
@@ -140,44 +134,14 @@ func recountTx(ctx context.Context, tx pgx.Tx, tenants []string, total bool) ([]
 // recountTenants fixes the counts of tenants (nil: all of them), whose
 // rows recountTx locked.
 func recountTenants(ctx context.Context, tx pgx.Tx, tenants []string) ([]Fix, error) {
-	var fixes []Fix
-	rows, err := tx.Query(ctx, sqlRecountFix, tenants)
+	fixes, err := pgrow.All[Fix](ctx, tx, sqlRecountFix, tenants)
 	if err != nil {
 		return nil, fmt.Errorf("tenantcap: recount: %w", err)
 	}
-	for rows.Next() {
-		var (
-			f        Fix
-			was, now int64
-		)
-		if err := rows.Scan(&f.Tenant, &was, &now); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("tenantcap: recount: %w", err)
-		}
-		f.Was, f.Now = int(was), int(now)
-		fixes = append(fixes, f)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tenantcap: recount: %w", err)
-	}
-	rows, err = tx.Query(ctx, sqlRecountInsert, tenants)
+	made, err := pgrow.All[Fix](ctx, tx, sqlRecountInsert, tenants)
 	if err != nil {
 		return nil, fmt.Errorf("tenantcap: recount missing rows: %w", err)
 	}
-	for rows.Next() {
-		var (
-			f   Fix
-			now int64
-		)
-		if err := rows.Scan(&f.Tenant, &now); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("tenantcap: recount missing rows: %w", err)
-		}
-		f.Now, f.Created = int(now), true
-		fixes = append(fixes, f)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("tenantcap: recount missing rows: %w", err)
-	}
+	fixes = append(fixes, made...)
 	return fixes, nil
 }

@@ -13,8 +13,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/nats-io/nats.go"
 
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/dispatch"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/weights"
 )
 
@@ -49,28 +51,29 @@ func Subject(prefix string) string { return dispatch.Subjects{Prefix: prefix}.Ad
 
 // LoadConfig reads the configuration from shard 0; DefaultConfig when
 // nobody has set one. A stored value that does not validate is an error.
-func LoadConfig(ctx context.Context, shard0 DB) (Current, error) {
-	return scanSetting(shard0.QueryRow(ctx, sqlSettingsGet, SettingName))
+func LoadConfig(ctx context.Context, shard0 shard.Querier) (Current, error) {
+	return readSetting(ctx, shard0, sqlSettingsGet)
 }
 
-func scanSetting(row pgx.Row) (Current, error) {
-	var (
-		raw []byte
-		cur Current
-	)
-	err := row.Scan(&raw, &cur.UpdatedAt, &cur.UpdatedBy)
+// readSetting reads the configuration with sql (SettingsGet, SettingsLock).
+func readSetting(ctx context.Context, db shard.Querier, sql string) (Current, error) {
+	type setting struct {
+		Value     []byte    `db:"value"`
+		UpdatedAt time.Time `db:"updated_at"`
+		UpdatedBy string    `db:"updated_by"`
+	}
+	r, err := pgrow.One[setting](ctx, db, sql, SettingName)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Current{Config: DefaultConfig()}, nil
 	}
 	if err != nil {
 		return Current{}, fmt.Errorf("tenantcap: read configuration: %w", err)
 	}
-	cfg, err := decodeStored(raw)
+	cfg, err := decodeStored(r.Value)
 	if err != nil {
 		return Current{}, err
 	}
-	cur.Config = cfg
-	return cur, nil
+	return Current{Config: cfg, UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy}, nil
 }
 
 // decodeStored reads a stored value; fields it lacks keep their defaults.
@@ -158,7 +161,7 @@ func (p Patch) auditJSON() []byte {
 }
 
 // SetConfig replaces the whole configuration; see UpdateConfig.
-func SetConfig(ctx context.Context, shard0 Beginner, actor string, cfg Config) (Current, error) {
+func SetConfig(ctx context.Context, shard0 shard.Beginner, actor string, cfg Config) (Current, error) {
 	p := Patch{Algorithm: &cfg.Algorithm, TFM: &cfg.TFM}
 	if cfg.ScheduledShare != 0 {
 		p.ScheduledShare = &cfg.ScheduledShare
@@ -171,7 +174,7 @@ func SetConfig(ctx context.Context, shard0 Beginner, actor string, cfg Config) (
 // in one transaction. A patch that does not validate is refused with its
 // *api.Error (400 naming the field) after an audit row with outcome
 // "refused". Announce the result with PublishChange once this returns.
-func UpdateConfig(ctx context.Context, shard0 Beginner, actor string, p Patch) (Current, error) {
+func UpdateConfig(ctx context.Context, shard0 shard.Beginner, actor string, p Patch) (Current, error) {
 	if err := p.Validate(); err != nil {
 		return Current{}, refuse(ctx, shard0, actor, p.auditJSON(), err)
 	}
@@ -184,7 +187,7 @@ func UpdateConfig(ctx context.Context, shard0 Beginner, actor string, p Patch) (
 	if _, err := tx.Exec(ctx, sqlSettingsEnsure, SettingName, def); err != nil {
 		return Current{}, fmt.Errorf("tenantcap: create configuration row: %w", err)
 	}
-	old, err := scanSetting(tx.QueryRow(ctx, sqlSettingsLock, SettingName))
+	old, err := readSetting(ctx, tx, sqlSettingsLock)
 	if err != nil {
 		return Current{}, err
 	}
@@ -209,7 +212,7 @@ func UpdateConfig(ctx context.Context, shard0 Beginner, actor string, p Patch) (
 // reason why it was refused. UpdateConfig and ApplyPut call it themselves;
 // a route that refuses a change before reaching them (403 on a missing
 // privilege, 413) can call it too.
-func RecordRefusal(ctx context.Context, shard0 DB, actor string, attempted []byte, reason error) error {
+func RecordRefusal(ctx context.Context, shard0 shard.Querier, actor string, attempted []byte, reason error) error {
 	var old []byte
 	if cur, err := LoadConfig(ctx, shard0); err == nil {
 		old, _ = json.Marshal(cur.Config)
@@ -234,7 +237,7 @@ func RecordRefusal(ctx context.Context, shard0 DB, actor string, attempted []byt
 
 // refuse records a refusal and returns reason (or the audit failure
 // joined to it).
-func refuse(ctx context.Context, shard0 DB, actor string, attempted []byte, reason error) error {
+func refuse(ctx context.Context, shard0 shard.Querier, actor string, attempted []byte, reason error) error {
 	if err := RecordRefusal(ctx, shard0, actor, attempted, reason); err != nil {
 		return errors.Join(reason, err)
 	}
@@ -299,7 +302,7 @@ func ParsePut(body []byte) (Patch, error) {
 // comes back as a 400 *api.Error. After it succeeds, the route announces
 // the change (PublishChange) and applies it locally (Watcher.Apply).
 // maxRuns is the system limit a new TFM is checked against (0: none).
-func ApplyPut(ctx context.Context, shard0 Beginner, actor string, body []byte, maxRuns int) (Current, error) {
+func ApplyPut(ctx context.Context, shard0 shard.Beginner, actor string, body []byte, maxRuns int) (Current, error) {
 	p, err := ParsePut(body)
 	if err != nil {
 		return Current{}, refuse(ctx, shard0, actor, body, err)

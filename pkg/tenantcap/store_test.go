@@ -13,6 +13,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 type auditRow struct {
@@ -20,7 +21,7 @@ type auditRow struct {
 	Old, New                []byte
 }
 
-func auditRows(t *testing.T, db DB) []auditRow {
+func auditRows(t *testing.T, db shard.Querier) []auditRow {
 	t.Helper()
 	rows, err := db.Query(context.Background(),
 		`SELECT actor, outcome, message, old_value, new_value FROM audit WHERE action = $1 ORDER BY id`, AuditAction)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/harvest-run/harvest/internal/shards"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // ShardTotal is the last figure read from one shard.
@@ -28,7 +29,7 @@ type ShardTotal struct {
 // interval plus one read old while its shard answers (see
 // docs/admission.md). It is safe for concurrent use.
 type Totals struct {
-	dbs      []DB
+	dbs      []shard.Querier
 	interval time.Duration
 	timeout  time.Duration
 
@@ -41,7 +42,7 @@ type Totals struct {
 
 // NewTotals caches the totals of dbs, the shards in shard order. interval
 // is the refresh period of Run (DefaultRefresh when zero or negative).
-func NewTotals(dbs []DB, interval time.Duration) *Totals {
+func NewTotals(dbs []shard.Querier, interval time.Duration) *Totals {
 	if interval <= 0 {
 		interval = DefaultRefresh
 	}
@@ -66,7 +67,7 @@ func (c *Totals) Interval() time.Duration { return c.interval }
 func (c *Totals) Refresh(ctx context.Context) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
-	out := shards.Each(ctx, c.dbs, nil, c.timeout, func(ctx context.Context, _ int, db DB) (ShardTotal, error) {
+	out := shards.Each(ctx, c.dbs, nil, c.timeout, func(ctx context.Context, _ int, db shard.Querier) (ShardTotal, error) {
 		at := time.Now()
 		var n int64
 		err := db.QueryRow(ctx, sqlShardTotal).Scan(&n)

@@ -5,16 +5,16 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // BuildAdmissionView reads every shard's per-tenant counts (fresh, not
 // from the cache) and assembles the GET /v1/admission body for cur and
 // the tenants' priority ceilings. It fails only when no shard answers.
-func BuildAdmissionView(ctx context.Context, shardDBs []DB, cur Current, ceilings Ceilings, maxRuns int, tenants []string) (api.AdmissionView, error) {
+func BuildAdmissionView(ctx context.Context, shardDBs []shard.Querier, cur Current, ceilings Ceilings, maxRuns int, tenants []string) (api.AdmissionView, error) {
 	v := api.AdmissionView{
 		Algorithm: cur.Algorithm, TFM: cur.TFM, MaxRuns: maxRuns, MaxRunsReadOnly: true,
 		Tenants: len(tenants), Running: map[string]int{}, UpdatedBy: cur.UpdatedBy,
@@ -28,7 +28,7 @@ func BuildAdmissionView(ctx context.Context, shardDBs []DB, cur Current, ceiling
 		v.Running[t] = 0
 	}
 	var errs []error
-	answers := shards.Each(ctx, shardDBs, nil, 0, func(ctx context.Context, _ int, db DB) (map[string]int, error) {
+	answers := shards.Each(ctx, shardDBs, nil, 0, func(ctx context.Context, _ int, db shard.Querier) (map[string]int, error) {
 		return runningByTenant(ctx, db)
 	})
 	v.UnavailableShards = shards.Unavailable(answers)
@@ -51,21 +51,20 @@ func BuildAdmissionView(ctx context.Context, shardDBs []DB, cur Current, ceiling
 	return v, nil
 }
 
-func runningByTenant(ctx context.Context, db DB) (map[string]int, error) {
-	rows, err := db.Query(ctx, sqlRunningByTenant)
+func runningByTenant(ctx context.Context, db shard.Querier) (map[string]int, error) {
+	type running struct {
+		Tenant  string `db:"tenant"`
+		Running int    `db:"running"`
+	}
+	got, err := pgrow.All[running](ctx, db, sqlRunningByTenant)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int{}
-	var (
-		t string
-		n int64
-	)
-	_, err = pgx.ForEachRow(rows, []any{&t, &n}, func() error {
-		out[t] = int(n)
-		return nil
-	})
-	return out, err
+	out := make(map[string]int, len(got))
+	for _, r := range got {
+		out[r.Tenant] = r.Running
+	}
+	return out, nil
 }
 
 // Usage builds the GET /v1/usage body of tenant: its exact count read from
@@ -73,16 +72,16 @@ func runningByTenant(ctx context.Context, db DB) (map[string]int, error) {
 // (the home shard's exact count and the others' cached ones). Admit
 // reaches the same limit once its shard's lease covers it (see Check).
 // The ceiling is ceilings' for the tenant.
-func (a *Admitter) Usage(ctx context.Context, home DB, shard int, tenant string, ceilings Ceilings) (api.UsageView, error) {
-	var own, local, lease int64
-	if err := home.QueryRow(ctx, sqlAdmitRead, tenant).Scan(&own, &local, &lease); err != nil {
+func (a *Admitter) Usage(ctx context.Context, home shard.Querier, shard int, tenant string, ceilings Ceilings) (api.UsageView, error) {
+	c, err := pgrow.One[admitCounts](ctx, home, sqlAdmitRead, tenant)
+	if err != nil {
 		return api.UsageView{}, fmt.Errorf("tenantcap: read usage: %w", err)
 	}
 	cfg := a.config()
 	others, _ := a.totals.Others(shard)
-	u := api.UsageView{Tenant: tenant, Algorithm: cfg.Algorithm, Running: int(own), MaxRuns: a.maxRuns,
+	u := api.UsageView{Tenant: tenant, Algorithm: cfg.Algorithm, Running: c.Own, MaxRuns: a.maxRuns,
 		MaxPriority: ceilings.MaxPriority(tenant), ScheduledCap: ScheduledCap(cfg, a.maxRuns, len(a.tenants()))}
-	if limit, limited := Limit(cfg, a.maxRuns, len(a.tenants()), int(local)+others); limited {
+	if limit, limited := Limit(cfg, a.maxRuns, len(a.tenants()), c.Local+others); limited {
 		u.Limit = &limit
 	}
 	return u, nil

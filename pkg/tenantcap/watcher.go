@@ -12,12 +12,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/pkg/dispatch"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // WatcherOptions configure a Watcher.
 type WatcherOptions struct {
 	// Shard0 is where the configuration lives. Required.
-	Shard0 DB
+	Shard0 shard.Querier
 	// NATS, when set, delivers change announcements on Subject(Prefix).
 	NATS   *nats.Conn
 	Prefix string

@@ -7,16 +7,19 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/pgrow"
 	routing "github.com/harvest-run/harvest/internal/shards"
+	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/fairkeys"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 var (
-	sqlQueueFairnessSetOne = mustSQL("QueueFairnessSetOne")
-	sqlQueueFairnessGet    = mustSQL("QueueFairnessGet")
-	sqlGroupWeightSetOne   = mustSQL("GroupWeightSetOne")
-	sqlGroupWeightList     = mustSQL("GroupWeightList")
+	sqlQueueFairnessSetOne = sqlfile.Must(sqlFiles, "QueueFairnessSetOne")
+	sqlQueueFairnessGet    = sqlfile.Must(sqlFiles, "QueueFairnessGet")
+	sqlGroupWeightSetOne   = sqlfile.Must(sqlFiles, "GroupWeightSetOne")
+	sqlGroupWeightList     = sqlfile.Must(sqlFiles, "GroupWeightList")
 )
 
 // MaxGroupWeights is how many group weights a read lists per shard; an
@@ -62,7 +65,7 @@ func ValidateGroup(group string) error {
 // FairnessSetOne sets the fairness modes of queue on the shard of db and
 // writes the audit row in the same statement. It takes the queue's fair
 // lock, so it waits for a fair claim of the queue under way.
-func FairnessSetOne(ctx context.Context, db DB, actor, queue string, req api.QueueFairnessRequest) (api.QueueFairness, bool, error) {
+func FairnessSetOne(ctx context.Context, db shard.Querier, actor, queue string, req api.QueueFairnessRequest) (api.QueueFairness, bool, error) {
 	if err := validateActor(actor); err != nil {
 		return api.QueueFairness{}, false, err
 	}
@@ -87,17 +90,16 @@ func FairnessSetOne(ctx context.Context, db DB, actor, queue string, req api.Que
 }
 
 // FairnessOne reads the fairness modes of queue on the shard of db.
-func FairnessOne(ctx context.Context, db DB, queue string) (api.QueueFairness, error) {
+func FairnessOne(ctx context.Context, db shard.Querier, queue string) (api.QueueFairness, error) {
 	out := api.QueueFairness{Charge: defaultFairnessCharge}
-	var at time.Time
-	var by string
-	err := db.QueryRow(ctx, sqlQueueFairnessGet, queue).Scan(&out.TwoLevel, &out.Charge, &at, &by)
+	r, err := pgrow.One[fairnessRow](ctx, db, sqlQueueFairnessGet, queue)
 	configured := !errors.Is(err, pgx.ErrNoRows)
 	if configured && err != nil {
 		return api.QueueFairness{}, mapError("read queue fairness", err)
 	}
 	if configured {
-		fill(&out, &at, &by)
+		out.TwoLevel, out.Charge = r.TwoLevel, r.Charge
+		fill(&out, &r.UpdatedAt, &r.UpdatedBy)
 	}
 	rows, err := db.Query(ctx, sqlGroupWeightList, queue, MaxGroupWeights)
 	if err != nil {
@@ -141,7 +143,7 @@ func SetFairness(ctx context.Context, shards []Shard, actor, queue string, req a
 		f       api.QueueFairness
 		changed bool
 	}
-	res := call(ctx, shards, collect(opts), func(ctx context.Context, db DB) (set, error) {
+	res := call(ctx, shards, collect(opts), func(ctx context.Context, db shard.Querier) (set, error) {
 		f, changed, err := FairnessSetOne(ctx, db, actor, queue, req)
 		return set{f, changed}, err
 	})
@@ -166,7 +168,7 @@ func Fairness(ctx context.Context, shards []Shard, queue string, opts ...Option)
 		return api.QueueFairnessResult{}, err
 	}
 	o := collect(opts)
-	res := call(ctx, shards, o, func(ctx context.Context, db DB) (api.QueueFairness, error) {
+	res := call(ctx, shards, o, func(ctx context.Context, db shard.Querier) (api.QueueFairness, error) {
 		f, err := FairnessOne(ctx, db, queue)
 		if err != nil || o.owner == "" {
 			return f, err
@@ -206,7 +208,7 @@ func SetGroupWeight(ctx context.Context, shards []Shard, actor, queue, group str
 	if err := checkShards(shards); err != nil {
 		return api.GroupWeightResult{}, err
 	}
-	res := call(ctx, shards, collect(opts), func(ctx context.Context, db DB) (*float64, error) {
+	res := call(ctx, shards, collect(opts), func(ctx context.Context, db shard.Querier) (*float64, error) {
 		var old *float64
 		if err := db.QueryRow(ctx, sqlGroupWeightSetOne, queue, group, weight, actor).Scan(&old); err != nil {
 			return nil, mapError("set group weight", err)

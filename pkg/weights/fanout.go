@@ -15,6 +15,7 @@ import (
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/dispatch"
 	"github.com/harvest-run/harvest/pkg/fairkeys"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // Shard is one shard of the fleet: its index in HARVEST_SHARDS and a pool
@@ -22,7 +23,7 @@ import (
 // writes come back as api.ShardOutcomeUnavailable.
 type Shard struct {
 	Index int
-	DB    DB
+	DB    shard.Querier
 }
 
 // DefaultShardTimeout bounds each shard's part of a fan-out, so one shard
@@ -87,7 +88,7 @@ func collect(opts []Option) options {
 // call runs fn on every shard at once, each under the shard timeout, and
 // returns the answers in shard order (the module's one fan-out,
 // internal/shards.Each).
-func call[T any](ctx context.Context, shards []Shard, o options, fn func(ctx context.Context, db DB) (T, error)) []routing.Answer[T] {
+func call[T any](ctx context.Context, shards []Shard, o options, fn func(ctx context.Context, db shard.Querier) (T, error)) []routing.Answer[T] {
 	return routing.Each(ctx, shards, func(_ int, s Shard) int { return s.Index }, o.timeout,
 		func(ctx context.Context, _ int, s Shard) (T, error) { return fn(ctx, s.DB) })
 }
@@ -165,7 +166,7 @@ func Set(ctx context.Context, shards []Shard, actor, queue, key string, weight f
 		return api.WeightWriteResult{}, err
 	}
 	o := collect(opts)
-	res := call(ctx, shards, o, func(ctx context.Context, db DB) (Change, error) {
+	res := call(ctx, shards, o, func(ctx context.Context, db shard.Querier) (Change, error) {
 		return SetOne(ctx, db, actor, queue, key, weight)
 	})
 	out := api.WeightWriteResult{Queue: queue, Key: key, Weight: &weight}
@@ -187,7 +188,7 @@ func Clear(ctx context.Context, shards []Shard, actor, queue, key string, opts .
 		return api.WeightWriteResult{}, err
 	}
 	o := collect(opts)
-	res := call(ctx, shards, o, func(ctx context.Context, db DB) (Change, error) {
+	res := call(ctx, shards, o, func(ctx context.Context, db shard.Querier) (Change, error) {
 		return ClearOne(ctx, db, actor, queue, key)
 	})
 	out := api.WeightWriteResult{Queue: queue, Key: key}
@@ -228,7 +229,7 @@ func Get(ctx context.Context, shards []Shard, queue string, opts ...Option) (api
 		return api.WeightReadResult{}, err
 	}
 	o := collect(opts)
-	res := call(ctx, shards, o, func(ctx context.Context, db DB) ([]api.WeightOverride, error) {
+	res := call(ctx, shards, o, func(ctx context.Context, db shard.Querier) ([]api.WeightOverride, error) {
 		all, err := List(ctx, db, queue)
 		return ownedOnly(all, err, o.owner, func(ov api.WeightOverride) string { return ov.Key })
 	})

@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/fairkeys"
@@ -19,26 +19,18 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
-
 var (
-	sqlWeightSetOne   = mustSQL("WeightSetOne")
-	sqlWeightClearOne = mustSQL("WeightClearOne")
-	sqlWeightList     = mustSQL("WeightList")
-	sqlWeightQueues   = mustSQL("WeightQueues")
-	sqlQuotaSetOne    = mustSQL("QuotaSetOne")
-	sqlQuotaClearOne  = mustSQL("QuotaClearOne")
-	sqlQuotaList      = mustSQL("QuotaList")
-	sqlKeyList        = mustSQL("KeyList")
-	sqlAuditList      = mustSQL("AuditList")
-	sqlAuditRefused   = mustSQL("AuditRefused")
+	sqlWeightSetOne   = sqlfile.Must(sqlFiles, "WeightSetOne")
+	sqlWeightClearOne = sqlfile.Must(sqlFiles, "WeightClearOne")
+	sqlWeightList     = sqlfile.Must(sqlFiles, "WeightList")
+	sqlWeightQueues   = sqlfile.Must(sqlFiles, "WeightQueues")
+	sqlQuotaSetOne    = sqlfile.Must(sqlFiles, "QuotaSetOne")
+	sqlQuotaClearOne  = sqlfile.Must(sqlFiles, "QuotaClearOne")
+	sqlQuotaList      = sqlfile.Must(sqlFiles, "QuotaList")
+	sqlKeyList        = sqlfile.Must(sqlFiles, "KeyList")
+	sqlAuditList      = sqlfile.Must(sqlFiles, "AuditList")
+	sqlAuditRefused   = sqlfile.Must(sqlFiles, "AuditRefused")
 )
-
-// DB is what the one-shard functions need of a connection: *pgxpool.Pool,
-// *pgx.Conn and pgx.Tx all qualify. Every function acts on the shard of the
-// connection passed, and each write is a single statement: on a pool it
-// commits at once; inside a transaction it commits with it.
-type DB = shard.Querier
 
 // Audit actions and outcomes written by this package.
 const (
@@ -53,12 +45,12 @@ const (
 // Change is what one shard did with a weight write.
 type Change struct {
 	// Outcome is api.ShardOutcomeOK or api.ShardOutcomeCapReached.
-	Outcome string
+	Outcome string `db:"outcome"`
 	// Old is the override before the write (nil: there was none).
-	Old *float64
+	Old *float64 `db:"old_weight"`
 	// Overrides is how many overrides the queue holds on the shard after
 	// the write.
-	Overrides int
+	Overrides int `db:"overrides"`
 }
 
 // SetOne sets the override of (queue, key) to weight on the shard of db
@@ -67,14 +59,14 @@ type Change struct {
 // always be sent again. A new key on a queue that already holds
 // MaxOverrides overrides is refused: the refusal's audit row is written and
 // the error wraps ErrCapReached. Invalid arguments give an *api.Error.
-func SetOne(ctx context.Context, db DB, actor, queue, key string, weight float64) (Change, error) {
+func SetOne(ctx context.Context, db shard.Querier, actor, queue, key string, weight float64) (Change, error) {
 	if err := validateWeightWrite(actor, queue, key); err != nil {
 		return Change{}, err
 	}
 	if err := ValidateWeight(weight); err != nil {
 		return Change{}, err
 	}
-	c, err := scanChange(db.QueryRow(ctx, sqlWeightSetOne, queue, key, weight, actor))
+	c, err := pgrow.One[Change](ctx, db, sqlWeightSetOne, queue, key, weight, actor)
 	if err != nil {
 		return Change{}, mapError("set weight", err)
 	}
@@ -88,11 +80,11 @@ func SetOne(ctx context.Context, db DB, actor, queue, key string, weight float64
 // ClearOne removes the override of (queue, key) on the shard of db, so the
 // key weighs 1 from its next charge, and writes the audit row in the same
 // statement. Clearing a key that has no override succeeds (Old is nil).
-func ClearOne(ctx context.Context, db DB, actor, queue, key string) (Change, error) {
+func ClearOne(ctx context.Context, db shard.Querier, actor, queue, key string) (Change, error) {
 	if err := validateWeightWrite(actor, queue, key); err != nil {
 		return Change{}, err
 	}
-	c, err := scanChange(db.QueryRow(ctx, sqlWeightClearOne, queue, key, actor))
+	c, err := pgrow.One[Change](ctx, db, sqlWeightClearOne, queue, key, actor)
 	return c, mapError("clear weight", err)
 }
 
@@ -106,19 +98,9 @@ func validateWeightWrite(actor, queue, key string) error {
 	return ValidateOverrideKey(key)
 }
 
-func scanChange(row pgx.Row) (Change, error) {
-	var c Change
-	var n int32
-	if err := row.Scan(&c.Outcome, &c.Old, &n); err != nil {
-		return Change{}, err
-	}
-	c.Overrides = int(n)
-	return c, nil
-}
-
 // Queues lists the queues that hold weight overrides on the shard of db,
 // in name order, at most limit of them.
-func Queues(ctx context.Context, db DB, limit int) ([]string, error) {
+func Queues(ctx context.Context, db shard.Querier, limit int) ([]string, error) {
 	rows, err := db.Query(ctx, sqlWeightQueues, limit)
 	if err != nil {
 		return nil, fmt.Errorf("weights: list queues: %w", err)
@@ -132,21 +114,17 @@ func Queues(ctx context.Context, db DB, limit int) ([]string, error) {
 
 // List returns the overrides of queue on the shard of db, by key in byte
 // order. Keys without a row weigh 1.
-func List(ctx context.Context, db DB, queue string) ([]api.WeightOverride, error) {
+func List(ctx context.Context, db shard.Querier, queue string) ([]api.WeightOverride, error) {
 	if err := ValidateQueue(queue); err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, sqlWeightList, queue)
+	got, err := pgrow.All[overrideRow](ctx, db, sqlWeightList, queue)
 	if err != nil {
 		return nil, mapError("list weights", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.WeightOverride, error) {
-		var o api.WeightOverride
-		err := r.Scan(&o.Key, &o.Weight, &o.UpdatedAt, &o.UpdatedBy)
-		return o, err
-	})
-	if err != nil {
-		return nil, mapError("list weights", err)
+	out := make([]api.WeightOverride, len(got))
+	for i, r := range got {
+		out[i] = api.WeightOverride{Key: r.Key, Weight: r.Weight, UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy}
 	}
 	return out, nil
 }
@@ -160,7 +138,7 @@ type QuotaChange struct {
 // SetQuotaOne replaces the quota of (queue, quotaKey) on the shard of db
 // and writes the audit row in the same statement. The claim's rechecks read
 // it at their next claim of the quota key.
-func SetQuotaOne(ctx context.Context, db DB, actor, queue, quotaKey string, q api.Quota) (QuotaChange, error) {
+func SetQuotaOne(ctx context.Context, db shard.Querier, actor, queue, quotaKey string, q api.Quota) (QuotaChange, error) {
 	if err := validateQuotaWrite(actor, queue, quotaKey); err != nil {
 		return QuotaChange{}, err
 	}
@@ -172,17 +150,17 @@ func SetQuotaOne(ctx context.Context, db DB, actor, queue, quotaKey string, q ap
 		v := int32(*q.MaxConcurrent)
 		mc = &v
 	}
-	c, err := scanQuotaChange(db.QueryRow(ctx, sqlQuotaSetOne, queue, quotaKey, mc, q.Rate, q.Burst, actor))
+	c, err := quotaChange(ctx, db, sqlQuotaSetOne, queue, quotaKey, mc, q.Rate, q.Burst, actor)
 	return c, mapError("set quota", err)
 }
 
 // ClearQuotaOne removes the quota of (queue, quotaKey) and its rate bucket
 // on the shard of db, with its audit row. Clearing a missing quota succeeds.
-func ClearQuotaOne(ctx context.Context, db DB, actor, queue, quotaKey string) (QuotaChange, error) {
+func ClearQuotaOne(ctx context.Context, db shard.Querier, actor, queue, quotaKey string) (QuotaChange, error) {
 	if err := validateQuotaWrite(actor, queue, quotaKey); err != nil {
 		return QuotaChange{}, err
 	}
-	c, err := scanQuotaChange(db.QueryRow(ctx, sqlQuotaClearOne, queue, quotaKey, actor))
+	c, err := quotaChange(ctx, db, sqlQuotaClearOne, queue, quotaKey, actor)
 	return c, mapError("clear quota", err)
 }
 
@@ -196,15 +174,17 @@ func validateQuotaWrite(actor, queue, quotaKey string) error {
 	return ValidateQuotaKey(quotaKey)
 }
 
-func scanQuotaChange(row pgx.Row) (QuotaChange, error) {
-	var c QuotaChange
-	var old []byte
-	if err := row.Scan(&c.Outcome, &old); err != nil {
+// quotaChange runs a quota write (QuotaSetOne, QuotaClearOne) and reads
+// its answer.
+func quotaChange(ctx context.Context, db shard.Querier, sql string, args ...any) (QuotaChange, error) {
+	r, err := pgrow.One[quotaChangeRow](ctx, db, sql, args...)
+	if err != nil {
 		return QuotaChange{}, err
 	}
-	if len(old) > 0 && string(old) != "null" {
+	c := QuotaChange{Outcome: r.Outcome}
+	if len(r.Old) > 0 && string(r.Old) != "null" {
 		c.Old = new(api.Quota)
-		if err := json.Unmarshal(old, c.Old); err != nil {
+		if err := json.Unmarshal(r.Old, c.Old); err != nil {
 			return QuotaChange{}, fmt.Errorf("decode old quota: %w", err)
 		}
 	}
@@ -213,7 +193,7 @@ func scanQuotaChange(row pgx.Row) (QuotaChange, error) {
 
 // ListQuotas returns the quotas of queue on the shard of db (only that of
 // quotaKey when it is not empty), by quota key in byte order.
-func ListQuotas(ctx context.Context, db DB, queue, quotaKey string) ([]api.QuotaEntry, error) {
+func ListQuotas(ctx context.Context, db shard.Querier, queue, quotaKey string) ([]api.QuotaEntry, error) {
 	if err := ValidateQueue(queue); err != nil {
 		return nil, err
 	}
@@ -224,22 +204,15 @@ func ListQuotas(ctx context.Context, db DB, queue, quotaKey string) ([]api.Quota
 		}
 		qk = quotaKey
 	}
-	rows, err := db.Query(ctx, sqlQuotaList, queue, qk)
+	got, err := pgrow.All[quotaRow](ctx, db, sqlQuotaList, queue, qk)
 	if err != nil {
 		return nil, mapError("list quotas", err)
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.QuotaEntry, error) {
-		var e api.QuotaEntry
-		var mc *int32
-		err := r.Scan(&e.QuotaKey, &mc, &e.Rate, &e.Burst, &e.UpdatedAt, &e.UpdatedBy)
-		if mc != nil {
-			v := int(*mc)
-			e.MaxConcurrent = &v
-		}
-		return e, err
-	})
-	if err != nil {
-		return nil, mapError("list quotas", err)
+	out := make([]api.QuotaEntry, len(got))
+	for i, r := range got {
+		out[i] = api.QuotaEntry{QuotaKey: r.QuotaKey,
+			Quota:     api.Quota{MaxConcurrent: r.MaxConcurrent, Rate: r.Rate, Burst: r.Burst},
+			UpdatedAt: r.UpdatedAt, UpdatedBy: r.UpdatedBy}
 	}
 	return out, nil
 }
@@ -253,12 +226,12 @@ const (
 // KeysOne lists the keys of queue on the shard of db: every key with
 // fairness state, due pending work, an override or a claim in the last
 // minute, at most limit of them (DefaultKeyLimit when limit <= 0).
-func KeysOne(ctx context.Context, db DB, queue string, limit int) (api.ShardKeyList, error) {
+func KeysOne(ctx context.Context, db shard.Querier, queue string, limit int) (api.ShardKeyList, error) {
 	return keysOne(ctx, db, queue, "", limit)
 }
 
 // keysOne is KeysOne limited to the keys bound to owner (all when "").
-func keysOne(ctx context.Context, db DB, queue, owner string, limit int) (api.ShardKeyList, error) {
+func keysOne(ctx context.Context, db shard.Querier, queue, owner string, limit int) (api.ShardKeyList, error) {
 	if err := ValidateQueue(queue); err != nil {
 		return api.ShardKeyList{}, err
 	}
@@ -273,37 +246,20 @@ func keysOne(ctx context.Context, db DB, queue, owner string, limit int) (api.Sh
 	if owner != "" {
 		own = owner
 	}
-	rows, err := db.Query(ctx, sqlKeyList, queue, nil, limit+1, own)
+	got, err := pgrow.All[keyRow](ctx, db, sqlKeyList, queue, nil, limit+1, own)
 	if err != nil {
 		return api.ShardKeyList{}, mapError("list keys", err)
 	}
 	out := api.ShardKeyList{Keys: []api.KeyView{}}
-	for rows.Next() {
-		var (
-			k         api.KeyView
-			w         *float64
-			lastStart *float64
-			charged   *time.Time
-			pending   int32
-			claims    int64
-			clock     float64
-		)
-		if err := rows.Scan(&k.Key, &w, &k.Pass, &lastStart, &charged, &k.Lag, &pending, &claims, &clock); err != nil {
-			rows.Close()
-			return api.ShardKeyList{}, mapError("list keys", err)
-		}
-		out.Clock = clock
-		k.Weight = fairkeys.EffectiveWeight(k.Key, deref(w), w != nil)
-		k.Overridden = w != nil && k.Key != fairkeys.DefaultKey
-		k.Pending = int(pending)
-		k.ClaimsLastMinute = int(claims)
-		if charged != nil {
-			k.ChargedAt = &api.Time{Time: *charged}
+	for _, r := range got {
+		out.Clock = r.Clock
+		k := api.KeyView{Key: r.Key, Pass: r.Pass, Lag: r.Lag, Pending: r.Pending, ClaimsLastMinute: r.Claims}
+		k.Weight = fairkeys.EffectiveWeight(k.Key, deref(r.Weight), r.Weight != nil)
+		k.Overridden = r.Weight != nil && k.Key != fairkeys.DefaultKey
+		if r.ChargedAt != nil {
+			k.ChargedAt = &api.Time{Time: *r.ChargedAt}
 		}
 		out.Keys = append(out.Keys, k)
-	}
-	if err := rows.Err(); err != nil {
-		return api.ShardKeyList{}, mapError("list keys", err)
 	}
 	if len(out.Keys) > limit {
 		out.Keys = out.Keys[:limit]
@@ -332,7 +288,7 @@ const (
 // limit rows (DefaultAuditLimit when limit <= 0) after cursor, which is ""
 // for the first page or the NextCursor of the page before. A cursor that
 // this function did not make gives an *api.Error naming "cursor".
-func AuditList(ctx context.Context, db DB, cursor string, limit int) (api.AuditPage, error) {
+func AuditList(ctx context.Context, db shard.Querier, cursor string, limit int) (api.AuditPage, error) {
 	if limit <= 0 {
 		limit = DefaultAuditLimit
 	}
@@ -347,27 +303,19 @@ func AuditList(ctx context.Context, db DB, cursor string, limit int) (api.AuditP
 		}
 		before = id
 	}
-	rows, err := db.Query(ctx, sqlAuditList, before, limit+1)
+	got, err := pgrow.All[auditRow](ctx, db, sqlAuditList, before, limit+1)
 	if err != nil {
 		return api.AuditPage{}, mapError("list audit", err)
 	}
-	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (api.AuditEntry, error) {
-		var e api.AuditEntry
-		var oldV, newV []byte
-		var last *time.Time
-		err := r.Scan(&e.ID, &e.At.Time, &e.Actor, &e.Action, &e.Queue, &e.Key, &oldV, &newV, &e.Outcome, &e.Message, &e.Repeats, &last)
-		if last != nil {
-			e.LastAt = &api.Time{Time: *last}
+	page := api.AuditPage{Entries: make([]api.AuditEntry, len(got))}
+	for i, r := range got {
+		e := api.AuditEntry{ID: r.ID, At: api.Time{Time: r.At}, Actor: r.Actor, Action: r.Action,
+			Queue: r.Queue, Key: r.Key, OldValue: rawOrNull(r.OldValue), NewValue: rawOrNull(r.NewValue),
+			Outcome: r.Outcome, Message: r.Message, Repeats: r.Repeats}
+		if r.LastAt != nil {
+			e.LastAt = &api.Time{Time: *r.LastAt}
 		}
-		e.OldValue, e.NewValue = rawOrNull(oldV), rawOrNull(newV)
-		return e, err
-	})
-	if err != nil {
-		return api.AuditPage{}, mapError("list audit", err)
-	}
-	page := api.AuditPage{Entries: entries}
-	if page.Entries == nil {
-		page.Entries = []api.AuditEntry{}
+		page.Entries[i] = e
 	}
 	if len(page.Entries) > limit {
 		page.Entries = page.Entries[:limit]

@@ -3,18 +3,20 @@ package weights
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/pgrow"
 	routing "github.com/harvest-run/harvest/internal/shards"
+	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/dispatch"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 var (
-	sqlQueuePauseSetOne = mustSQL("QueuePauseSetOne")
-	sqlQueuePauseGet    = mustSQL("QueuePauseGet")
+	sqlQueuePauseSetOne = sqlfile.Must(sqlFiles, "QueuePauseSetOne")
+	sqlQueuePauseGet    = sqlfile.Must(sqlFiles, "QueuePauseGet")
 )
 
 // Audit actions of a pause and a resume.
@@ -37,42 +39,35 @@ type PauseChange struct {
 // The call waits for the claims of the queue already under way on the
 // shard, so once it returns none of them is still taking tasks. Pausing a
 // paused queue (or resuming a running one) succeeds and changes nothing.
-func PauseOne(ctx context.Context, db DB, actor, queue string, paused bool) (PauseChange, error) {
+func PauseOne(ctx context.Context, db shard.Querier, actor, queue string, paused bool) (PauseChange, error) {
 	if err := validateActor(actor); err != nil {
 		return PauseChange{}, err
 	}
 	if err := ValidateQueue(queue); err != nil {
 		return PauseChange{}, err
 	}
-	var (
-		out PauseChange
-		at  *time.Time
-		by  *string
-	)
-	if err := db.QueryRow(ctx, sqlQueuePauseSetOne, queue, paused, actor).Scan(&out.Changed, &at, &by); err != nil {
+	r, err := pgrow.One[pauseSetRow](ctx, db, sqlQueuePauseSetOne, queue, paused, actor)
+	if err != nil {
 		return PauseChange{}, mapError("pause queue", err)
 	}
-	if at != nil && by != nil {
-		out.Paused = &api.QueuePause{At: api.Time{Time: *at}, By: *by}
+	out := PauseChange{Changed: r.Changed}
+	if r.At != nil && r.By != nil {
+		out.Paused = &api.QueuePause{At: api.Time{Time: *r.At}, By: *r.By}
 	}
 	return out, nil
 }
 
 // PausedOne reads the pause of queue on the shard of db: nil when the
 // queue runs there.
-func PausedOne(ctx context.Context, db DB, queue string) (*api.QueuePause, error) {
-	var (
-		at time.Time
-		by string
-	)
-	err := db.QueryRow(ctx, sqlQueuePauseGet, queue).Scan(&at, &by)
+func PausedOne(ctx context.Context, db shard.Querier, queue string) (*api.QueuePause, error) {
+	r, err := pgrow.One[pauseRow](ctx, db, sqlQueuePauseGet, queue)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, mapError("read queue pause", err)
 	}
-	return &api.QueuePause{At: api.Time{Time: at}, By: by}, nil
+	return &api.QueuePause{At: api.Time{Time: r.At}, By: r.By}, nil
 }
 
 // Pause pauses (paused true) or resumes queue on every shard. The error is
@@ -93,7 +88,7 @@ func Pause(ctx context.Context, shards []Shard, actor, queue string, paused bool
 		return api.QueuePauseResult{}, err
 	}
 	o := collect(opts)
-	res := call(ctx, shards, o, func(ctx context.Context, db DB) (PauseChange, error) {
+	res := call(ctx, shards, o, func(ctx context.Context, db shard.Querier) (PauseChange, error) {
 		return PauseOne(ctx, db, actor, queue, paused)
 	})
 	out := api.QueuePauseResult{Queue: queue, Paused: paused, Shards: []api.QueuePauseShard{}, UnavailableShards: routing.Unavailable(res)}

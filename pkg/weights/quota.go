@@ -7,6 +7,7 @@ import (
 
 	routing "github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // SetQuota replaces the quota of (queue, quotaKey) on every shard. The
@@ -23,7 +24,7 @@ func SetQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey string
 		return api.QuotaWriteResult{}, err
 	}
 	o := collect(opts)
-	res := call(ctx, shards, o, func(ctx context.Context, db DB) (QuotaChange, error) {
+	res := call(ctx, shards, o, func(ctx context.Context, db shard.Querier) (QuotaChange, error) {
 		return SetQuotaOne(ctx, db, actor, queue, quotaKey, q)
 	})
 	out := api.QuotaWriteResult{Queue: queue, QuotaKey: quotaKey, Quota: q}
@@ -44,7 +45,7 @@ func ClearQuota(ctx context.Context, shards []Shard, actor, queue, quotaKey stri
 		return api.QuotaWriteResult{}, err
 	}
 	o := collect(opts)
-	res := call(ctx, shards, o, func(ctx context.Context, db DB) (QuotaChange, error) {
+	res := call(ctx, shards, o, func(ctx context.Context, db shard.Querier) (QuotaChange, error) {
 		return ClearQuotaOne(ctx, db, actor, queue, quotaKey)
 	})
 	out := api.QuotaWriteResult{Queue: queue, QuotaKey: quotaKey}
@@ -71,7 +72,7 @@ func GetQuota(ctx context.Context, shards []Shard, queue, quotaKey string, opts 
 		return api.QuotaReadResult{}, err
 	}
 	o := collect(opts)
-	res := call(ctx, shards, o, func(ctx context.Context, db DB) ([]api.QuotaEntry, error) {
+	res := call(ctx, shards, o, func(ctx context.Context, db shard.Querier) ([]api.QuotaEntry, error) {
 		all, err := ListQuotas(ctx, db, queue, quotaKey)
 		return ownedOnly(all, err, o.owner, func(q api.QuotaEntry) string { return q.QuotaKey })
 	})
@@ -154,7 +155,7 @@ func Keys(ctx context.Context, shards []Shard, queue string, limit int, opts ...
 		return api.KeysResult{}, err
 	}
 	o := collect(opts)
-	res := call(ctx, shards, o, func(ctx context.Context, db DB) (api.ShardKeyList, error) {
+	res := call(ctx, shards, o, func(ctx context.Context, db shard.Querier) (api.ShardKeyList, error) {
 		return keysOne(ctx, db, queue, o.owner, limit)
 	})
 	out := api.KeysResult{Queue: queue, Shards: []api.ShardKeys{}, UnavailableShards: routing.Unavailable(res), PausedShards: []int{}}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/harvest-run/harvest/internal/auditdoc"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // RefusedChange is a change that was refused, for the audit log.
@@ -49,7 +50,7 @@ const DefaultRefusalFold = time.Minute
 // documents at auditdoc.MaxBytes each, cut with auditdoc.Marker and made
 // storable (valid UTF-8, no NUL), so a refusal cannot escape the log by
 // failing to insert either.
-func AuditRefused(ctx context.Context, db DB, r RefusedChange, fold time.Duration) error {
+func AuditRefused(ctx context.Context, db shard.Querier, r RefusedChange, fold time.Duration) error {
 	if fold <= 0 {
 		fold = DefaultRefusalFold
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/harvest-run/harvest/internal/testfactory"
 	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/weights"
 )
 
@@ -35,7 +36,7 @@ func deadPool(t *testing.T) *pgxpool.Pool {
 	return p
 }
 
-func shardsOf(dbs ...weights.DB) []weights.Shard {
+func shardsOf(dbs ...shard.Querier) []weights.Shard {
 	out := make([]weights.Shard, len(dbs))
 	for i, db := range dbs {
 		out[i] = weights.Shard{Index: i, DB: db}
@@ -52,7 +53,7 @@ func outcomes(r []api.ShardOutcome) []string {
 }
 
 // overrides returns queue's overrides on db as key -> weight.
-func overrides(t *testing.T, db weights.DB, queue string) map[string]float64 {
+func overrides(t *testing.T, db shard.Querier, queue string) map[string]float64 {
 	t.Helper()
 	list, err := weights.List(context.Background(), db, queue)
 	require.NoError(t, err)
@@ -78,7 +79,7 @@ type auditRow struct {
 	Old, New                                    map[string]any
 }
 
-func auditRows(t *testing.T, db weights.DB) []auditRow {
+func auditRows(t *testing.T, db shard.Querier) []auditRow {
 	t.Helper()
 	page, err := weights.AuditList(context.Background(), db, "", weights.MaxAuditLimit)
 	require.NoError(t, err)

@@ -2,4 +2,4 @@
 UPDATE deferred_groups
 SET input = coalesce(input, '[]'::jsonb) || jsonb_build_array($2::jsonb), size = size + 1
 WHERE pk = $1
-RETURNING fires_at, size, max_size
+RETURNING size, max_size

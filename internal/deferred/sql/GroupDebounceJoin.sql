@@ -6,4 +6,4 @@ UPDATE deferred_groups
 SET request = $2, trace_context = $3::jsonb, size = size + 1,
     fires_at = least($4::timestamptz, coalesce(deadline, opened_at + $5::bigint * interval '1 microsecond'))
 WHERE pk = $1
-RETURNING fires_at, size
+RETURNING size

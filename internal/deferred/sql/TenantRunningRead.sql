@@ -5,6 +5,6 @@
 -- tenant's count row and the shard's admission lock, so the figures hold
 -- until it commits.
 SELECT (coalesce((SELECT running FROM tenant_running WHERE tenant = $1), 0)
-        + coalesce((SELECT runs FROM tenant_away WHERE tenant = $1), 0))::bigint,
-       harvest_shard_running(),
-       harvest_shard_lease()
+        + coalesce((SELECT runs FROM tenant_away WHERE tenant = $1), 0))::bigint AS own,
+       harvest_shard_running() AS total,
+       harvest_shard_lease() AS lease

@@ -20,8 +20,11 @@
 -- $12 run_at, $13 delay in microseconds, $14 trace context, $15 whether
 -- it is a fired deferred start.
 --
--- held is the tenant's runs not due yet after the start, this one
+-- scheduled is the tenant's runs not due yet after the start, this one
 -- included, when this run is not due yet (runs.not_before); 0 otherwise.
+--
+-- The run's columns are named as every read of runs names them
+-- (runstore.RunRow), the new run's unset ones included.
 WITH due AS (
     SELECT coalesce($12::timestamptz,
                     CASE WHEN $13::bigint > 0 THEN now() + $13::bigint * interval '1 microsecond' END) AS at
@@ -34,7 +37,8 @@ WITH due AS (
     -- the run of a deferred start firing ($15), whose id the shard holds.
     WHERE $15::boolean OR harvest_tenant_fence(ARRAY[$1::text])
     ON CONFLICT (tenant, id) DO NOTHING
-    RETURNING pk, id, tenant, name, queue, fairness_key, quota_key, priority, status, attempts, created_at
+    RETURNING pk, id, tenant, name, queue, fairness_key, quota_key, priority, status, attempts, created_at,
+              claimed_at, finished_at, output, error
 ), busy AS (
     SELECT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = $4 AND x.state = 'pending') AS queue_busy
 ), task AS (
@@ -49,11 +53,12 @@ WITH due AS (
     RETURNING running + coalesce((SELECT a.runs FROM tenant_away a WHERE a.tenant = $1), 0) AS running
 )
 SELECT run.pk, run.id, run.tenant, run.name, run.queue, run.fairness_key, run.quota_key, run.priority,
-       run.status, run.attempts, run.created_at, task.id, busy.queue_busy, counted.running,
+       run.status, run.attempts, run.created_at, run.claimed_at, run.finished_at, run.output, run.error,
+       task.id AS task_id, busy.queue_busy, counted.running,
        harvest_shard_running() + 1 AS shard_running,
        harvest_shard_lease() AS shard_lease,
        CASE WHEN due.at > now()
             THEN (SELECT count(*) FROM runs h
                   WHERE h.tenant = $1 AND h.not_before > now() AND h.finished_at IS NULL) + 1
-            ELSE 0 END AS held
+            ELSE 0 END AS scheduled
 FROM run, task, busy, counted, due

@@ -5,7 +5,12 @@
 -- microseconds, trace contexts as JSON text); $15 the starts a Go hook
 -- refused (NULL: none); $16 to $22 the rule (tenantcap.Rule.Params; $16
 -- NULL: admit every start); $23 refuses every new run.
-SELECT g.ord, g.outcome, g.reason, g.run_pk, g.task_id, g.due, g.busy, g.own, g.shard, g.lease, g.scheduled,
-       g.moved_to, g.err_code, g.err_message, g.err_constraint, g.created_at
+-- What does not apply to a start comes back as zero or '', not NULL.
+SELECT g.ord, g.outcome, coalesce(g.reason, '') AS reason, coalesce(g.run_pk, 0) AS run_pk,
+       coalesce(g.task_id, 0) AS task_id, coalesce(g.due, false) AS due, coalesce(g.busy, false) AS busy,
+       coalesce(g.own, 0) AS own, coalesce(g.shard, 0) AS shard, coalesce(g.lease, 0) AS lease,
+       coalesce(g.scheduled, 0) AS scheduled, coalesce(g.moved_to, 0) AS moved_to,
+       coalesce(g.err_code, '') AS err_code, coalesce(g.err_message, '') AS err_message,
+       coalesce(g.err_constraint, '') AS err_constraint, g.created_at
 FROM harvest_start_group($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
                          $16, $17, $18, $19, $20, $21, $22, $23) AS g

@@ -1,3 +1,3 @@
--- How many runs the tenant has here, and how many unfinished.
-SELECT count(*)::bigint AS runs, count(*) FILTER (WHERE finished_at IS NULL)::bigint AS unfinished
+-- How many runs the tenant has here.
+SELECT count(*)::bigint AS runs
 FROM runs WHERE tenant = $1

@@ -15,8 +15,8 @@ WITH actual AS (
 ), counted AS (
     SELECT coalesce(sum(running), 0)::bigint AS total FROM tenant_running
 )
-SELECT coalesce(t.tenant, a.tenant), coalesce(t.running, 0)::bigint, coalesce(a.n, 0)::bigint, t.tenant IS NULL,
-       false
+SELECT coalesce(t.tenant, a.tenant) AS tenant, coalesce(t.running, 0)::bigint AS was, coalesce(a.n, 0)::bigint AS now,
+       t.tenant IS NULL AS created, false AS total
 FROM tenant_running t FULL JOIN actual a ON a.tenant = t.tenant
 WHERE coalesce(t.running, 0) <> coalesce(a.n, 0)
 UNION ALL

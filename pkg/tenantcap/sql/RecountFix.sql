@@ -12,4 +12,4 @@ UPDATE tenant_running t SET running = coalesce(a.n, 0)
 FROM tenant_running t2 LEFT JOIN actual a ON a.tenant = t2.tenant
 WHERE t.tenant = t2.tenant AND t.running <> coalesce(a.n, 0)
   AND ($1::text[] IS NULL OR t.tenant = ANY($1))
-RETURNING t.tenant, t2.running::bigint, t.running::bigint
+RETURNING t.tenant, t2.running::bigint AS was, t.running::bigint AS now, false AS created, false AS total

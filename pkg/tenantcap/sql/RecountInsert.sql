@@ -8,4 +8,4 @@ WHERE r.finished_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM tenant_running t WHERE t.tenant = r.tenant)
 GROUP BY r.tenant
 ON CONFLICT (tenant) DO NOTHING
-RETURNING tenant, running::bigint
+RETURNING tenant, 0::bigint AS was, running::bigint AS now, true AS created, false AS total

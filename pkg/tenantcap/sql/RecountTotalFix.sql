@@ -13,4 +13,4 @@ WITH want AS (
     WHERE s.stripe = 0 AND want.total <> have.total
     RETURNING s.stripe
 )
-SELECT have.total, want.total FROM want, have
+SELECT have.total AS was, want.total AS now FROM want, have

@@ -1,2 +1,2 @@
 -- Every tenant with unfinished runs on this shard.
-SELECT tenant, running::bigint FROM tenant_running WHERE running > 0 ORDER BY tenant
+SELECT tenant, running::bigint AS running FROM tenant_running WHERE running > 0 ORDER BY tenant

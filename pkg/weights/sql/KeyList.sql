@@ -27,7 +27,6 @@ WITH v AS (
 SELECT k.key,
        w.weight,
        f.pass,
-       f.last_start,
        f.charged_at,
        CASE WHEN f.pass IS NULL THEN 0 ELSE greatest(f.pass, v.clock) - v.clock END AS lag,
        coalesce(p.n, 0) AS pending,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/migrate"
 	"github.com/harvest-run/harvest/tools/internal/fleetbench"
@@ -268,24 +269,20 @@ func runOne(ctx context.Context, cfg Config, sc Scenario, on bool) (Result, erro
 		}
 	}
 	if sc.Runtime && on {
-		rows, err := db.Query(ctx, `SELECT split_part(key, '/', 1), sum(secs) FROM bench_held_log
-			WHERE at >= $1 AND at < $2 GROUP BY 1`, from, to)
+		type billed struct {
+			Tenant string  `db:"tenant"`
+			Secs   float64 `db:"secs"`
+		}
+		got, err := pgrow.All[billed](ctx, db, `SELECT split_part(key, '/', 1) AS tenant, sum(secs) AS secs
+			FROM bench_held_log WHERE at >= $1 AND at < $2 GROUP BY 1`, from, to)
 		if err != nil {
 			return Result{}, err
 		}
 		r.BilledShare = map[string]float64{}
 		var all float64
-		for rows.Next() {
-			var t string
-			var secs float64
-			if err := rows.Scan(&t, &secs); err != nil {
-				return Result{}, err
-			}
-			r.BilledShare[t] = secs
-			all += secs
-		}
-		if err := rows.Err(); err != nil {
-			return Result{}, err
+		for _, b := range got {
+			r.BilledShare[b.Tenant] = b.Secs
+			all += b.Secs
 		}
 		for t := range r.BilledShare {
 			r.BilledShare[t] /= all

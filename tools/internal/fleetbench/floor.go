@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -87,17 +88,7 @@ func runFloor(ctx context.Context, cfg *Config) (Result, error) {
 				ids = ids[:0]
 				rows, err := db.Query(lctx, floorClaim, batch)
 				if err == nil {
-					for rows.Next() {
-						var id int64
-						if err = rows.Scan(&id); err != nil {
-							break
-						}
-						ids = append(ids, id)
-					}
-					rows.Close()
-					if err == nil {
-						err = rows.Err()
-					}
+					ids, err = pgx.AppendRows(ids, rows, pgx.RowTo[int64])
 				}
 				if err == nil && len(ids) == 0 {
 					return

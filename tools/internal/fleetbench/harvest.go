@@ -27,6 +27,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/harvest-run/harvest/internal/natsconn"
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/pkg/client"
 	"github.com/harvest-run/harvest/tools/internal/child"
@@ -474,11 +475,17 @@ poll:
 // completion of the last flood task; light runs count when they became due
 // before its end; waits are due time to claim, nearest-rank percentiles.
 func figures(ctx context.Context, db *pgxpool.Pool, res *Result) error {
-	var t0, t1 *time.Time
-	if err := db.QueryRow(ctx, `SELECT (SELECT min(finished_at) FROM runs WHERE status = 'completed' AND queue = $1),
-		(SELECT max(finished_at) FROM runs WHERE tenant = $2 AND status = 'completed')`, queue, floodTenant).Scan(&t0, &t1); err != nil {
+	type drain struct {
+		First *time.Time `db:"first_done"`
+		Last  *time.Time `db:"last_flood_done"`
+	}
+	d, err := pgrow.One[drain](ctx, db, `SELECT
+		(SELECT min(finished_at) FROM runs WHERE status = 'completed' AND queue = $1) AS first_done,
+		(SELECT max(finished_at) FROM runs WHERE tenant = $2 AND status = 'completed') AS last_flood_done`, queue, floodTenant)
+	if err != nil {
 		return fmt.Errorf("figures: %w", err)
 	}
+	t0, t1 := d.First, d.Last
 	if t0 == nil || t1 == nil {
 		return errors.New("figures: nothing completed")
 	}
@@ -512,57 +519,48 @@ func figures(ctx context.Context, db *pgxpool.Pool, res *Result) error {
 	}
 	// Claims per key: over the drain window, and per second since the
 	// first claim (for the chart).
-	rows, err = db.Query(ctx, `WITH s AS (SELECT min(claimed_at) AS c0 FROM tasks WHERE queue = $1)
-		SELECT t.fairness_key, floor(extract(epoch FROM t.claimed_at - s.c0))::int, count(*)::int
+	type perSecond struct {
+		Key    string `db:"fairness_key"`
+		Sec    int    `db:"sec"`
+		Claims int    `db:"claims"`
+	}
+	secs, err := pgrow.All[perSecond](ctx, db, `WITH s AS (SELECT min(claimed_at) AS c0 FROM tasks WHERE queue = $1)
+		SELECT t.fairness_key, floor(extract(epoch FROM t.claimed_at - s.c0))::int AS sec, count(*)::int AS claims
 		FROM tasks t, s WHERE t.queue = $1 AND t.claimed_at IS NOT NULL
 		GROUP BY 1, 2 ORDER BY 1, 2`, queue)
 	if err != nil {
 		return fmt.Errorf("figures: %w", err)
 	}
 	res.perSecond = map[string][]int{}
-	for rows.Next() {
-		var (
-			key    string
-			sec, n int
-		)
-		if err := rows.Scan(&key, &sec, &n); err != nil {
-			rows.Close()
-			return err
-		}
-		s := res.perSecond[key]
-		for len(s) <= sec {
+	for _, p := range secs {
+		s := res.perSecond[p.Key]
+		for len(s) <= p.Sec {
 			s = append(s, 0)
 		}
-		s[sec] = n
-		res.perSecond[key] = s
+		s[p.Sec] = p.Claims
+		res.perSecond[p.Key] = s
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
+	type keyClaims struct {
+		Key    string `db:"fairness_key"`
+		Claims int    `db:"claims"`
 	}
-	rows, err = db.Query(ctx, `SELECT fairness_key, count(*)::int FROM tasks
+	keys, err := pgrow.All[keyClaims](ctx, db, `SELECT fairness_key, count(*)::int AS claims FROM tasks
 		WHERE queue = $1 AND claimed_at BETWEEN $2 AND $3 GROUP BY 1 ORDER BY 2 DESC`, queue, *t0, *t1)
 	if err != nil {
 		return fmt.Errorf("figures: %w", err)
 	}
 	total := 0
-	for rows.Next() {
-		var k KeyShare
-		if err := rows.Scan(&k.Key, &k.Claims); err != nil {
-			rows.Close()
-			return err
-		}
+	for _, k := range keys {
 		total += k.Claims
-		res.Keys = append(res.Keys, k)
+		res.Keys = append(res.Keys, KeyShare{Key: k.Key, Claims: k.Claims})
 	}
-	rows.Close()
 	for i := range res.Keys {
 		res.Keys[i].Share = float64(int64(float64(res.Keys[i].Claims)/float64(max(total, 1))*1e6+0.5)) / 1e6
 		if res.DrainS > 0 {
 			res.Keys[i].PerSec = round(float64(res.Keys[i].Claims) / res.DrainS)
 		}
 	}
-	return rows.Err()
+	return nil
 }
 
 // pct is the nearest-rank percentile of sorted values.
@@ -576,27 +574,21 @@ func pct(sorted []float64, p int) float64 {
 
 // FuncStat is one SQL function's share of the database time of a run.
 type FuncStat struct {
-	Name    string  `json:"name"`
-	Calls   int64   `json:"calls"`
-	TotalMS float64 `json:"total_ms"`
-	SelfMS  float64 `json:"self_ms"`
+	Name    string  `json:"name" db:"funcname"`
+	Calls   int64   `json:"calls" db:"calls"`
+	TotalMS float64 `json:"total_ms" db:"total_time"`
+	SelfMS  float64 `json:"self_ms" db:"self_time"`
 }
 
 // functionStats reads the most expensive SQL functions of the run (by time
 // spent in the function itself) from pg_stat_user_functions. Every
 // backend of the run has exited by now, so their counts are flushed.
 func functionStats(ctx context.Context, db *pgxpool.Pool, res *Result) error {
-	rows, err := db.Query(ctx, `SELECT funcname::text, calls, total_time, self_time FROM pg_stat_user_functions
-		ORDER BY self_time DESC LIMIT 8`)
-	if err != nil {
-		return err
+	fs, err := pgrow.All[FuncStat](ctx, db, `SELECT funcname::text AS funcname, calls, total_time, self_time
+		FROM pg_stat_user_functions ORDER BY self_time DESC LIMIT 8`)
+	for i := range fs {
+		fs[i].TotalMS, fs[i].SelfMS = round(fs[i].TotalMS), round(fs[i].SelfMS)
 	}
-	fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (FuncStat, error) {
-		var f FuncStat
-		err := r.Scan(&f.Name, &f.Calls, &f.TotalMS, &f.SelfMS)
-		f.TotalMS, f.SelfMS = round(f.TotalMS), round(f.SelfMS)
-		return f, err
-	})
 	res.Functions = fs
 	return err
 }

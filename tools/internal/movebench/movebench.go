@@ -19,6 +19,7 @@ import (
 	"github.com/harvest-run/harvest/internal/gateway"
 	"github.com/harvest-run/harvest/internal/natsconn"
 	"github.com/harvest-run/harvest/internal/natsembed"
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/internal/schema"
 	"github.com/harvest-run/harvest/internal/shards"
 	"github.com/harvest-run/harvest/internal/tenantmove"
@@ -350,10 +351,14 @@ func sampleLocks(ctx context.Context, db *pgxpool.Pool) *lockSampler {
 		t := time.NewTicker(lockSample)
 		defer t.Stop()
 		for {
-			var n int
-			var longest float64
-			err := db.QueryRow(ctx, `SELECT count(*), coalesce(max(extract(epoch FROM clock_timestamp() - query_start)), 0)
-				FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n, &longest)
+			type waiters struct {
+				N       int     `db:"waiters"`
+				Longest float64 `db:"longest"`
+			}
+			w, err := pgrow.One[waiters](ctx, db, `SELECT count(*) AS waiters,
+				coalesce(max(extract(epoch FROM clock_timestamp() - query_start)), 0)::float8 AS longest
+				FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)
+			n, longest := w.N, w.Longest
 			if err == nil {
 				s.samples++
 				if n > 0 {

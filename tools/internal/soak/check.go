@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harvest-run/harvest/internal/directory"
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
@@ -54,17 +55,18 @@ func (c *clockSampler) loop() {
 func (c *clockSampler) sample() {
 	for s, p := range c.pools {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		rows, err := p.Query(ctx, `SELECT queue, max(last_start) FROM fair_state WHERE charged_at IS NOT NULL GROUP BY queue`)
+		type clock struct {
+			Queue string  `db:"queue"`
+			V     float64 `db:"v"`
+		}
+		got, err := pgrow.All[clock](ctx, p, `SELECT queue, max(last_start) AS v FROM fair_state
+			WHERE charged_at IS NOT NULL GROUP BY queue HAVING max(last_start) IS NOT NULL`)
 		if err != nil {
 			cancel()
 			continue
 		}
-		for rows.Next() {
-			var q string
-			var v float64
-			if rows.Scan(&q, &v) != nil {
-				continue
-			}
+		for _, g := range got {
+			q, v := g.Queue, g.V
 			k := fmt.Sprintf("shard %d queue %q", s, q)
 			c.mu.Lock()
 			if prev, ok := c.last[k]; ok && v < prev {
@@ -74,7 +76,6 @@ func (c *clockSampler) sample() {
 			c.samples++
 			c.mu.Unlock()
 		}
-		rows.Close()
 		cancel()
 	}
 }
@@ -159,26 +160,19 @@ func (r Report) String() string {
 // no run on any shard is unfinished (or timeout passes).
 func (f *Fleet) Drain(ctx context.Context, timeout time.Duration) error {
 	for s, p := range f.direct {
-		rows, err := p.Query(ctx, `SELECT tenant, id FROM runs WHERE quota_key = $1 AND status NOT IN ('completed', 'failed', 'cancelled')`, TrickleQuota)
+		type tid struct {
+			Tenant string `db:"tenant"`
+			ID     string `db:"id"`
+		}
+		list, err := pgrow.All[tid](ctx, p, `SELECT tenant, id FROM runs WHERE quota_key = $1 AND status NOT IN ('completed', 'failed', 'cancelled')`, TrickleQuota)
 		if err != nil {
 			return fmt.Errorf("soak: shard %d: %w", s, err)
 		}
-		type tid struct{ tenant, id string }
-		var list []tid
-		for rows.Next() {
-			var t tid
-			if err := rows.Scan(&t.tenant, &t.id); err != nil {
-				rows.Close()
-				return err
-			}
-			list = append(list, t)
-		}
-		rows.Close()
 		for i, t := range list {
 			err := waitFor(ctx, 30*time.Second, func() (bool, error) {
 				cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 				defer cancel()
-				_, err := f.Tenant(t.tenant, i%f.Gateways()).Cancel(cctx, t.id)
+				_, err := f.Tenant(t.Tenant, i%f.Gateways()).Cancel(cctx, t.ID)
 				var ae *api.Error
 				if err == nil || (asAPIError(err, &ae) && ae.Status == 409) {
 					return true, nil // cancelled, or finished meanwhile
@@ -214,13 +208,18 @@ func (f *Fleet) Check(ctx context.Context, acks []Ack, problems []string) Report
 	}
 
 	type run struct {
-		status      api.Status
-		name        string
-		attempts    int
-		maxAttempts int
-		output      []byte
-		lastAttempt int
-		quota       string
+		Status      api.Status `db:"status"`
+		Name        string     `db:"name"`
+		Attempts    int        `db:"attempts"`
+		MaxAttempts int        `db:"max_attempts"`
+		Output      []byte     `db:"output"`
+		LastAttempt int        `db:"last_attempt"`
+		Quota       string     `db:"quota_key"`
+	}
+	type runRow struct {
+		Tenant string `db:"tenant"`
+		ID     string `db:"id"`
+		run
 	}
 	runs := map[string]*run{} // tenant/id
 	homes := map[string]int{}
@@ -242,24 +241,18 @@ func (f *Fleet) Check(ctx context.Context, acks []Ack, problems []string) Report
 		// a subquery per run (ORDER BY id DESC LIMIT 1) was planned as a
 		// backward scan of the whole table for each run, which took
 		// minutes once a soak had made a hundred thousand runs.
-		rows, err := p.Query(ctx, `
+		read, err := pgrow.All[runRow](ctx, p, `
 			WITH last AS (SELECT DISTINCT ON (t.run_pk) t.run_pk, t.attempt FROM tasks t ORDER BY t.run_pk, t.id DESC)
 			SELECT r.tenant, r.id, r.status, r.name, r.attempts, r.max_attempts, r.output, r.quota_key,
-			       coalesce(l.attempt, 0)
+			       coalesce(l.attempt, 0) AS last_attempt
 			FROM runs r LEFT JOIN last l ON l.run_pk = r.pk`)
 		if err != nil {
 			bad("shard %d: read runs: %v", s, err)
 			unread[s] = true
 			continue
 		}
-		for rows.Next() {
-			var tenant, id string
-			x := &run{}
-			if err := rows.Scan(&tenant, &id, &x.status, &x.name, &x.attempts, &x.maxAttempts, &x.output, &x.quota, &x.lastAttempt); err != nil {
-				bad("shard %d: scan run: %v", s, err)
-				unread[s] = true
-				break
-			}
+		for _, rr := range read {
+			tenant, id, x := rr.Tenant, rr.ID, &rr.run
 			if home, ok := homes[tenant]; !ok {
 				bad("run %s/%s is on shard %d, but its tenant has no recorded home", tenant, id, s)
 			} else if home != s {
@@ -270,31 +263,31 @@ func (f *Fleet) Check(ctx context.Context, acks []Ack, problems []string) Report
 			}
 			runs[tenant+"/"+id] = x
 			r.Runs++
-			r.ByStatus[x.status]++
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			bad("shard %d: read runs: %v", s, err)
-			unread[s] = true
+			r.ByStatus[x.Status]++
 		}
 
 		// Tasks: attempts within the bound, nothing left in play.
-		var tasks, maxAttempt, over, live int
-		err = p.QueryRow(ctx, `
-			SELECT count(*), coalesce(max(t.attempt), 0),
-			       count(*) FILTER (WHERE t.attempt > r.max_attempts),
-			       count(*) FILTER (WHERE t.state <> 'done')
-			FROM tasks t JOIN runs r ON r.pk = t.run_pk`).Scan(&tasks, &maxAttempt, &over, &live)
+		type taskCounts struct {
+			Tasks      int `db:"tasks"`
+			MaxAttempt int `db:"max_attempt"`
+			Over       int `db:"over"`
+			Live       int `db:"live"`
+		}
+		tc, err := pgrow.One[taskCounts](ctx, p, `
+			SELECT count(*) AS tasks, coalesce(max(t.attempt), 0) AS max_attempt,
+			       count(*) FILTER (WHERE t.attempt > r.max_attempts) AS over,
+			       count(*) FILTER (WHERE t.state <> 'done') AS live
+			FROM tasks t JOIN runs r ON r.pk = t.run_pk`)
 		if err != nil {
 			bad("shard %d: read tasks: %v", s, err)
 		} else {
-			r.Tasks += tasks
-			r.MaxAttempt = max(r.MaxAttempt, maxAttempt)
-			if over > 0 {
-				bad("shard %d: %d task(s) ran more attempts than their run allows", s, over)
+			r.Tasks += tc.Tasks
+			r.MaxAttempt = max(r.MaxAttempt, tc.MaxAttempt)
+			if tc.Over > 0 {
+				bad("shard %d: %d task(s) ran more attempts than their run allows", s, tc.Over)
 			}
-			if live > 0 {
-				bad("shard %d: %d task(s) still pending or running after every run finished", s, live)
+			if tc.Live > 0 {
+				bad("shard %d: %d task(s) still pending or running after every run finished", s, tc.Live)
 			}
 		}
 		var runsOver int
@@ -321,16 +314,20 @@ func (f *Fleet) Check(ctx context.Context, acks []Ack, problems []string) Report
 		// The trickle key: one claim got through its quota; every later
 		// claim was refused by the rate recheck. Its charge must date from
 		// that one claim, not from a refusal.
-		var claims int
-		var lastClaim, charged *time.Time
-		err = p.QueryRow(ctx, `
-			SELECT coalesce(sum(t.attempt), 0), max(t.claimed_at),
-			       (SELECT charged_at FROM fair_state WHERE queue = $1 AND key = $2)
-			FROM tasks t WHERE t.queue = $1 AND t.fairness_key = $2`, Queue, TrickleKey).Scan(&claims, &lastClaim, &charged)
+		type trickle struct {
+			Claims    int        `db:"claims"`
+			LastClaim *time.Time `db:"last_claim"`
+			Charged   *time.Time `db:"charged_at"`
+		}
+		tk, err := pgrow.One[trickle](ctx, p, `
+			SELECT coalesce(sum(t.attempt), 0) AS claims, max(t.claimed_at) AS last_claim,
+			       (SELECT charged_at FROM fair_state WHERE queue = $1 AND key = $2) AS charged_at
+			FROM tasks t WHERE t.queue = $1 AND t.fairness_key = $2`, Queue, TrickleKey)
 		if err != nil {
 			bad("shard %d: read the trickle key: %v", s, err)
 		} else {
-			r.TrickleClaims += claims
+			lastClaim, charged := tk.LastClaim, tk.Charged
+			r.TrickleClaims += tk.Claims
 			if charged != nil && (lastClaim == nil || charged.After(lastClaim.Add(time.Second))) {
 				bad("shard %d: key %q was charged at %v, after its last claim at %v: a refused recheck charged it", s, TrickleKey, charged, lastClaim)
 			}
@@ -351,30 +348,30 @@ func (f *Fleet) Check(ctx context.Context, acks []Ack, problems []string) Report
 		_ = x
 	}
 	for k, x := range runs {
-		if !x.status.Final() {
-			bad("run %s is %s, not final", k, x.status)
+		if !x.Status.Final() {
+			bad("run %s is %s, not final", k, x.Status)
 			continue
 		}
-		if x.status != api.StatusCompleted {
+		if x.Status != api.StatusCompleted {
 			continue
 		}
-		switch x.name {
+		switch x.Name {
 		case "fail":
 			var out struct {
 				Attempts int `json:"attempts"`
 			}
-			if json.Unmarshal(x.output, &out) == nil {
+			if json.Unmarshal(x.Output, &out) == nil {
 				r.FencedChecked++
-				if out.Attempts != x.lastAttempt {
-					bad("run %s completed with the output of attempt %d, but attempt %d held the lease: a stale completion was applied", k, out.Attempts, x.lastAttempt)
+				if out.Attempts != x.LastAttempt {
+					bad("run %s completed with the output of attempt %d, but attempt %d held the lease: a stale completion was applied", k, out.Attempts, x.LastAttempt)
 				}
 			}
 		case "probe":
 			var out ProbeOutput
-			if json.Unmarshal(x.output, &out) == nil {
+			if json.Unmarshal(x.Output, &out) == nil {
 				r.FencedChecked++
-				if out.Attempt != x.lastAttempt {
-					bad("run %s completed with the output of attempt %d, but attempt %d held the lease: a stale completion was applied", k, out.Attempt, x.lastAttempt)
+				if out.Attempt != x.LastAttempt {
+					bad("run %s completed with the output of attempt %d, but attempt %d held the lease: a stale completion was applied", k, out.Attempt, x.LastAttempt)
 				}
 			}
 		}
@@ -387,13 +384,13 @@ func (f *Fleet) Check(ctx context.Context, acks []Ack, problems []string) Report
 		}
 		// A run not final in the database is reported above; the fleet
 		// may still be finishing it while the check runs.
-		if x, ok := runs[k]; ok && len(sts) > 0 && x.status.Final() && x.status != sts[0] {
-			bad("run %s: event said %s, the database says %s", k, sts[0], x.status)
+		if x, ok := runs[k]; ok && len(sts) > 0 && x.Status.Final() && x.Status != sts[0] {
+			bad("run %s: event said %s, the database says %s", k, sts[0], x.Status)
 		}
 	}
 	for k, n := range f.probeRun {
-		if x, ok := runs[k]; ok && n > x.maxAttempts {
-			bad("probe run %s was executed %d times, its bound is %d attempts", k, n, x.maxAttempts)
+		if x, ok := runs[k]; ok && n > x.MaxAttempts {
+			bad("probe run %s was executed %d times, its bound is %d attempts", k, n, x.MaxAttempts)
 		}
 	}
 	f.evMu.Unlock()

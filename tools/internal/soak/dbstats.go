@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/tools/internal/child"
 )
 
@@ -168,14 +169,7 @@ func (s *dbSampler) readBackends(ctx context.Context, count bool) {
 	if err != nil {
 		return
 	}
-	var pids []int
-	for rows.Next() {
-		var pid int
-		if rows.Scan(&pid) == nil {
-			pids = append(pids, pid)
-		}
-	}
-	rows.Close()
+	pids, _ := pgx.CollectRows(rows, pgx.RowTo[int])
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := make(map[int]time.Duration, len(pids))
@@ -204,22 +198,27 @@ func (s *dbSampler) sample(ctx context.Context) dbSample {
 	}
 	qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out.err = s.pool.QueryRow(qctx, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint,
-		(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter),
-		coalesce(sum(xact_commit) FILTER (WHERE datname = ANY($1)), 0)::bigint
-		FROM pg_stat_database`, s.dbs).Scan(&out.wal, &out.checkpoints, &out.commits)
+	type counters struct {
+		WAL         int64 `db:"wal"`
+		Checkpoints int64 `db:"checkpoints"`
+		Commits     int64 `db:"commits"`
+	}
+	c, err := pgrow.One[counters](qctx, s.pool, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint AS wal,
+		(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter) AS checkpoints,
+		coalesce(sum(xact_commit) FILTER (WHERE datname = ANY($1)), 0)::bigint AS commits
+		FROM pg_stat_database`, s.dbs)
+	out.wal, out.checkpoints, out.commits, out.err = c.WAL, c.Checkpoints, c.Commits, err
 	if out.err == nil {
-		out.others = map[uint32]int64{}
-		var rows pgx.Rows
-		rows, out.err = s.pool.Query(qctx, `SELECT datid, xact_commit FROM pg_stat_database
+		type commits struct {
+			ID uint32 `db:"datid"`
+			N  int64  `db:"xact_commit"`
+		}
+		var others []commits
+		others, out.err = pgrow.All[commits](qctx, s.pool, `SELECT datid, xact_commit FROM pg_stat_database
 			WHERE NOT datname = ANY($1) AND datname <> current_database()`, s.dbs)
-		if out.err == nil {
-			var id uint32
-			var n int64
-			_, out.err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
-				out.others[id] = n
-				return nil
-			})
+		out.others = make(map[uint32]int64, len(others))
+		for _, o := range others {
+			out.others[o.ID] = o.N
 		}
 	}
 	for _, p := range s.f.proxies {

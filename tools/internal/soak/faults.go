@@ -8,6 +8,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/harvest-run/harvest/internal/pgrow"
 )
 
 // RunningTasks returns the ids of the tasks worker id holds right now.
@@ -19,16 +23,7 @@ func (f *Fleet) RunningTasks(ctx context.Context, id string) ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []int64
-	for rows.Next() {
-		var t int64
-		if err := rows.Scan(&t); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }
 
 func (f *Fleet) waitBusy(ctx context.Context, id string) ([]int64, error) {
@@ -71,15 +66,14 @@ func (f *Fleet) KillWorkerMidTask(ctx context.Context, id string) (map[int64]int
 
 // TaskAttempt returns the current attempt and state of a task on shard s.
 func (f *Fleet) TaskAttempt(ctx context.Context, s int, task int64) (int, string, string, error) {
-	var attempt int
-	var state string
-	var by *string
-	err := f.direct[s].QueryRow(ctx, `SELECT attempt, state, claimed_by FROM tasks WHERE id = $1`, task).Scan(&attempt, &state, &by)
-	owner := ""
-	if by != nil {
-		owner = *by
+	type taskState struct {
+		Attempt   int    `db:"attempt"`
+		State     string `db:"state"`
+		ClaimedBy string `db:"claimed_by"`
 	}
-	return attempt, state, owner, err
+	t, err := pgrow.One[taskState](ctx, f.direct[s],
+		`SELECT attempt, state, coalesce(claimed_by, '') AS claimed_by FROM tasks WHERE id = $1`, task)
+	return t.Attempt, t.State, t.ClaimedBy, err
 }
 
 // PauseWorkerPastLease waits until worker id holds a task, SIGSTOPs it,
@@ -139,9 +133,18 @@ func (f *Fleet) PauseWorkerPastLease(ctx context.Context, id string) ([]int64, i
 func (f *Fleet) Activity(ctx context.Context, s int) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	rows, err := f.direct[s].Query(ctx, `
-		SELECT pid, state, coalesce(wait_event_type || ':' || wait_event, ''), pg_blocking_pids(pid)::text,
-		       coalesce(extract(epoch FROM now() - xact_start), 0)::float8, left(regexp_replace(query, '\s+', ' ', 'g'), 160)
+	type backend struct {
+		PID      int     `db:"pid"`
+		State    string  `db:"state"`
+		Wait     string  `db:"wait"`
+		Blockers string  `db:"blockers"`
+		Age      float64 `db:"age"`
+		Query    string  `db:"query"`
+	}
+	got, err := pgrow.All[backend](ctx, f.direct[s], `
+		SELECT pid, state, coalesce(wait_event_type || ':' || wait_event, '') AS wait, pg_blocking_pids(pid)::text AS blockers,
+		       coalesce(extract(epoch FROM now() - xact_start), 0)::float8 AS age,
+		       left(regexp_replace(query, '\s+', ' ', 'g'), 160) AS query
 		FROM pg_stat_activity
 		WHERE datname = current_database() AND pid <> pg_backend_pid()
 		  AND coalesce(application_name, '') <> $1 AND state <> 'idle'
@@ -149,16 +152,9 @@ func (f *Fleet) Activity(ctx context.Context, s int) string {
 	if err != nil {
 		return err.Error()
 	}
-	defer rows.Close()
 	var b strings.Builder
-	for rows.Next() {
-		var pid int
-		var state, wait, blockers, query string
-		var age float64
-		if err := rows.Scan(&pid, &state, &wait, &blockers, &age, &query); err != nil {
-			return err.Error()
-		}
-		fmt.Fprintf(&b, "  pid %d %s wait=%s blocked-by=%s xact=%.1fs: %s\n", pid, state, wait, blockers, age, query)
+	for _, g := range got {
+		fmt.Fprintf(&b, "  pid %d %s wait=%s blocked-by=%s xact=%.1fs: %s\n", g.PID, g.State, g.Wait, g.Blockers, g.Age, g.Query)
 	}
 	return b.String()
 }

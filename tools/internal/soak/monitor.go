@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"github.com/harvest-run/harvest/internal/pgrow"
 )
 
 // Defaults of the monitor.
@@ -255,9 +257,13 @@ func (m *Monitor) sampleAdmission() {
 	var bad []string
 	for s, p := range m.f.direct {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		var n, held int
-		err := p.QueryRow(ctx, `SELECT (SELECT count(*) FROM runs WHERE finished_at IS NULL),
-			(SELECT granted - returned FROM admission_lease)`).Scan(&n, &held)
+		type counts struct {
+			Unfinished int `db:"unfinished"`
+			Held       int `db:"held"`
+		}
+		c, err := pgrow.One[counts](ctx, p, `SELECT (SELECT count(*) FROM runs WHERE finished_at IS NULL) AS unfinished,
+			(SELECT granted - returned FROM admission_lease) AS held`)
+		n, held := c.Unfinished, c.Held
 		if err == nil && s == 0 {
 			var ledger int
 			if err = p.QueryRow(ctx, `SELECT coalesce(sum(granted - returned), 0) FROM admission_ledger`).Scan(&ledger); err == nil && ledger > m.f.opts.MaxRuns {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/harvest-run/harvest/internal/pgrow"
 )
 
 // rampLog judges the steps of a ramp: each step's rate held for its time.
@@ -115,21 +117,25 @@ func (f *Fleet) ClaimWait(ctx context.Context, d time.Duration) (int, [3]time.Du
 func (f *Fleet) claimFigures(ctx context.Context, d time.Duration) (all, total int, worst [3]time.Duration) {
 	for _, p := range f.direct {
 		qctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		var na, n int
-		var q []float64
-		err := p.QueryRow(qctx, `SELECT count(*), count(*) FILTER (WHERE fairness_key NOT IN ($3, $4)),
+		type claims struct {
+			All   int       `db:"all_claims"`
+			Mix   int       `db:"mix_claims"`
+			Waits []float64 `db:"waits"`
+		}
+		c, err := pgrow.One[claims](qctx, p, `SELECT count(*) AS all_claims,
+			count(*) FILTER (WHERE fairness_key NOT IN ($3, $4)) AS mix_claims,
 			coalesce(percentile_cont(ARRAY[0.5, 0.95, 0.99]) WITHIN GROUP
-			(ORDER BY extract(epoch FROM claimed_at - due_at)) FILTER (WHERE fairness_key NOT IN ($3, $4)), ARRAY[0, 0, 0]::float8[])
+			(ORDER BY extract(epoch FROM claimed_at - due_at)) FILTER (WHERE fairness_key NOT IN ($3, $4)), ARRAY[0, 0, 0]::float8[]) AS waits
 			FROM tasks WHERE queue = $1 AND claimed_at > now() - make_interval(secs => $2)`,
-			Queue, d.Seconds(), PairHeavy, PairLight).Scan(&na, &n, &q)
+			Queue, d.Seconds(), PairHeavy, PairLight)
 		cancel()
-		if err != nil || len(q) != 3 {
+		if err != nil || len(c.Waits) != 3 {
 			continue
 		}
-		all += na
-		total += n
+		all += c.All
+		total += c.Mix
 		for i := range worst {
-			worst[i] = max(worst[i], time.Duration(q[i]*float64(time.Second)))
+			worst[i] = max(worst[i], time.Duration(c.Waits[i]*float64(time.Second)))
 		}
 	}
 	return all, total, worst

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"text/tabwriter"
 	"time"
+
+	"github.com/harvest-run/harvest/internal/pgrow"
 )
 
 // hotTables are the tables every start, claim or completion writes.
@@ -15,11 +17,13 @@ var hotTables = []string{"runs", "tasks", "fair_state", "fair_arrivals", "fair_q
 
 // TableSize is one table of one shard at one moment.
 type TableSize struct {
-	Shard                int
-	Table                string
-	TableBytes, IdxBytes int64
-	Live, Dead           int64
-	Autovacuums          int64
+	Shard       int    `db:"shard"`
+	Table       string `db:"table_name"`
+	TableBytes  int64  `db:"table_bytes"`
+	IdxBytes    int64  `db:"idx_bytes"`
+	Live        int64  `db:"live"`
+	Dead        int64  `db:"dead"`
+	Autovacuums int64  `db:"autovacuums"`
 }
 
 // TableSizes reads the hot tables' sizes, live and dead rows and autovacuum
@@ -27,20 +31,16 @@ type TableSize struct {
 func (f *Fleet) TableSizes(ctx context.Context) []TableSize {
 	var out []TableSize
 	for s, p := range f.direct {
-		rows, err := p.Query(ctx, `SELECT c.relname, pg_table_size(c.oid), pg_indexes_size(c.oid),
-			coalesce(st.n_live_tup, 0), coalesce(st.n_dead_tup, 0), coalesce(st.autovacuum_count, 0)
+		got, err := pgrow.All[TableSize](ctx, p, `SELECT $2::int AS shard, c.relname AS table_name,
+			pg_table_size(c.oid) AS table_bytes, pg_indexes_size(c.oid) AS idx_bytes,
+			coalesce(st.n_live_tup, 0) AS live, coalesce(st.n_dead_tup, 0) AS dead,
+			coalesce(st.autovacuum_count, 0) AS autovacuums
 			FROM pg_class c LEFT JOIN pg_stat_user_tables st ON st.relid = c.oid
-			WHERE c.relname = ANY($1) AND c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace`, hotTables)
+			WHERE c.relname = ANY($1) AND c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace`, hotTables, s)
 		if err != nil {
 			continue
 		}
-		for rows.Next() {
-			t := TableSize{Shard: s}
-			if rows.Scan(&t.Table, &t.TableBytes, &t.IdxBytes, &t.Live, &t.Dead, &t.Autovacuums) == nil {
-				out = append(out, t)
-			}
-		}
-		rows.Close()
+		out = append(out, got...)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Shard != out[j].Shard {

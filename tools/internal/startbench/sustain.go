@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
 )
@@ -367,20 +369,16 @@ func (f *fleet) waits(ctx context.Context, prefix string) ([]time.Duration, int,
 		if err != nil {
 			return nil, 0, fmt.Errorf("startbench: shard %d: %w", i, err)
 		}
-		for rows.Next() {
-			var s *float64
-			if err := rows.Scan(&s); err != nil {
-				rows.Close()
-				return nil, 0, err
-			}
+		secs, err := pgx.CollectRows(rows, pgx.RowTo[*float64])
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, s := range secs {
 			if s == nil {
 				unclaimed++
 				continue
 			}
 			out = append(out, time.Duration(*s*float64(time.Second)))
-		}
-		if err := rows.Err(); err != nil {
-			return nil, 0, err
 		}
 	}
 	slices.Sort(out)
@@ -395,16 +393,12 @@ func (f *fleet) ids(ctx context.Context, prefix string) (map[string]bool, error)
 		if err != nil {
 			return nil, fmt.Errorf("startbench: shard %d: %w", i, err)
 		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out[id] = true
-		}
-		if err := rows.Err(); err != nil {
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
 			return nil, err
+		}
+		for _, id := range ids {
+			out[id] = true
 		}
 	}
 	return out, nil
