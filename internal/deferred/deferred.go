@@ -16,7 +16,6 @@ import (
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
-	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
@@ -714,7 +713,7 @@ func jsonArg(b json.RawMessage) any {
 	return string(b)
 }
 
-func dbNow(ctx context.Context, db claim.DB) (time.Time, error) {
+func dbNow(ctx context.Context, db shard.Querier) (time.Time, error) {
 	var now time.Time
 	if err := db.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
 		return time.Time{}, fmt.Errorf("deferred: read the database clock: %w", err)
@@ -723,7 +722,7 @@ func dbNow(ctx context.Context, db claim.DB) (time.Time, error) {
 }
 
 // collectTimes runs a query of one timestamp column.
-func collectTimes(ctx context.Context, db claim.DB, sql string, args ...any) ([]time.Time, error) {
+func collectTimes(ctx context.Context, db shard.Querier, sql string, args ...any) ([]time.Time, error) {
 	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("deferred: read throttle window: %w", err)

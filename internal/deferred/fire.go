@@ -12,7 +12,6 @@ import (
 	"github.com/harvest-run/harvest/internal/dberr"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/pkg/api"
-	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/shard"
 )
 
@@ -341,7 +340,7 @@ const DefaultPruneBatch = 5000
 // throttled start's once its run left the key's window, a debounce
 // window's or batch's once its run was deleted by retention, with its
 // member starts. It returns how many groups it deleted (at most limit).
-func Prune(ctx context.Context, db claim.DB, now time.Time, limit int) (int, error) {
+func Prune(ctx context.Context, db shard.Querier, now time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		limit = DefaultPruneBatch
 	}

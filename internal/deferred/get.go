@@ -11,7 +11,7 @@ import (
 	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/internal/runstore"
 	"github.com/harvest-run/harvest/pkg/api"
-	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // Get reads what an id of the tenant stands for, as GET /v1/runs/{id}
@@ -24,7 +24,7 @@ import (
 //   - any other run: the run as runstore.Get reads it.
 //
 // It returns runstore.ErrNotFound when the tenant has nothing by that id.
-func Get(ctx context.Context, db claim.DB, tenant, id string, shard int) (api.Run, error) {
+func Get(ctx context.Context, db shard.Querier, tenant, id string, shard int) (api.Run, error) {
 	m, err := pgrow.One[memberGroup](ctx, db, sqlMemberGroup, tenant, id)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harvest-run/harvest/pkg/api"
-	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // Paging limits of List.
@@ -81,7 +81,7 @@ func DecodeCursor(c string) (int64, error) {
 // so new runs never shift later pages. The runs carry no output (a listing
 // leaves it out; Get reads it), and a page is bounded in bytes as well as
 // in runs (ListParams.MaxBytes).
-func List(ctx context.Context, db claim.DB, p ListParams) (ListResult, error) {
+func List(ctx context.Context, db shard.Querier, p ListParams) (ListResult, error) {
 	limit := p.Limit
 	if limit == 0 {
 		limit = DefaultListLimit

@@ -8,7 +8,7 @@ import (
 	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
-	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 var sqlRunGetMany = sqlfile.Must(sqlFiles, "RunGetMany")
@@ -17,7 +17,7 @@ var sqlRunGetMany = sqlfile.Must(sqlFiles, "RunGetMany")
 // (tenants[i], ids[i]). Runs come back in creation order; pairs with no run
 // are left out. A worker that finished a batch of tasks uses it to announce
 // their runs.
-func GetMany(ctx context.Context, db claim.DB, tenants, ids []string, shard int) ([]api.Run, error) {
+func GetMany(ctx context.Context, db shard.Querier, tenants, ids []string, shard int) ([]api.Run, error) {
 	if len(tenants) != len(ids) {
 		return nil, errors.New("runstore: GetMany: tenants and ids differ in length")
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/harvest-run/harvest/internal/pgrow"
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
-	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/shard"
 	"github.com/harvest-run/harvest/pkg/tenantcap"
 )
@@ -310,7 +309,7 @@ func startNew(ctx context.Context, tx pgx.Tx, row *startRow, shard int) (StartRe
 
 // replay answers a start whose id exists: the existing run when the
 // request is the same, ErrConflict when it differs.
-func replay(ctx context.Context, db claim.DB, p *StartParams, hash []byte) (StartResult, error) {
+func replay(ctx context.Context, db shard.Querier, p *StartParams, hash []byte) (StartResult, error) {
 	existing, stored, err := get(ctx, db, p.Tenant, p.Req.ID, p.Shard)
 	if err != nil {
 		return StartResult{}, err
@@ -327,7 +326,7 @@ func replay(ctx context.Context, db claim.DB, p *StartParams, hash []byte) (Star
 // run by that id. The gateway asks a moving tenant's old home this before
 // it writes the starts on the new one, so a start sent again during a
 // move never makes a second run.
-func Existing(ctx context.Context, db claim.DB, ps []StartParams) (out []StartOutcome, found []bool, err error) {
+func Existing(ctx context.Context, db shard.Querier, ps []StartParams) (out []StartOutcome, found []bool, err error) {
 	out, found = make([]StartOutcome, len(ps)), make([]bool, len(ps))
 	if len(ps) == 0 {
 		return out, found, nil
@@ -364,7 +363,7 @@ func Existing(ctx context.Context, db claim.DB, ps []StartParams) (out []StartOu
 
 // Get reads the tenant's run; ErrNotFound when the tenant has none by that
 // id (another tenant's run is not found either).
-func Get(ctx context.Context, db claim.DB, tenant, id string, shard int) (api.Run, error) {
+func Get(ctx context.Context, db shard.Querier, tenant, id string, shard int) (api.Run, error) {
 	run, _, err := get(ctx, db, tenant, id, shard)
 	return run, err
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
-	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 var (
@@ -97,7 +97,7 @@ type waitingFairKey struct {
 // It costs a few reads bounded by WaitingMaxKeys and WaitingMaxCount, so
 // only the read of one run calls it, never a listing. Its figures are a
 // snapshot of the moment and, for fair_order, an estimate (FairAhead).
-func Waiting(ctx context.Context, db claim.DB, tenant, id string) (*api.RunWaiting, error) {
+func Waiting(ctx context.Context, db shard.Querier, tenant, id string) (*api.RunWaiting, error) {
 	rows, err := db.Query(ctx, sqlRunWaitingState, tenant, id)
 	if err != nil {
 		return nil, fmt.Errorf("runstore: read run waiting: %w", err)
@@ -155,7 +155,7 @@ func Waiting(ctx context.Context, db claim.DB, tenant, id string) (*api.RunWaiti
 // admissionWaiting is the answer for a run without a task to claim: the
 // deferred start that holds it, or, should a queued run have no task (a
 // start not complete yet), that.
-func admissionWaiting(ctx context.Context, db claim.DB, tenant, id string, status api.Status) (*api.RunWaiting, error) {
+func admissionWaiting(ctx context.Context, db shard.Querier, tenant, id string, status api.Status) (*api.RunWaiting, error) {
 	rows, err := db.Query(ctx, sqlRunWaitingDeferred, tenant, id)
 	if err != nil {
 		return nil, fmt.Errorf("runstore: read deferred start: %w", err)
@@ -182,7 +182,7 @@ func admissionWaiting(ctx context.Context, db claim.DB, tenant, id string, statu
 
 // fairWaiting reads the fair order's inputs for the task and estimates
 // its place with FairAhead.
-func fairWaiting(ctx context.Context, db claim.DB, st *waitingState) (*api.RunWaiting, error) {
+func fairWaiting(ctx context.Context, db shard.Querier, st *waitingState) (*api.RunWaiting, error) {
 	key := *st.FairnessKey
 	rows, err := db.Query(ctx, sqlRunWaitingFairOwn, st.Queue, key, *st.Priority, *st.Continuation, *st.DueAt,
 		*st.TaskID, WaitingMaxCount)

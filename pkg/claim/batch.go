@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // Completion is one task to finish with CompleteBatch.
@@ -24,7 +25,7 @@ type Completion struct {
 // are recorded either way. err is set when the statement itself failed;
 // then nothing was recorded. A deadlock is retried up to three times when
 // db is not a transaction.
-func CompleteBatch(ctx context.Context, db DB, cs []Completion) (errs []error, err error) {
+func CompleteBatch(ctx context.Context, db shard.Querier, cs []Completion) (errs []error, err error) {
 	if len(cs) == 0 {
 		return nil, nil
 	}

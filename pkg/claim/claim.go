@@ -23,29 +23,23 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
-
 var (
-	sqlTaskClaim         = mustSQL("TaskClaim")
-	sqlTaskClaimBatch    = mustSQL("TaskClaimBatch")
-	sqlTaskEnqueue       = mustSQL("TaskEnqueue")
-	sqlTaskComplete      = mustSQL("TaskComplete")
-	sqlTaskFail          = mustSQL("TaskFail")
-	sqlTaskHeartbeat     = mustSQL("TaskHeartbeat")
-	sqlTaskContinue      = mustSQL("TaskContinue")
-	sqlTaskRescueExpired = mustSQL("TaskRescueExpired")
-	sqlTaskPromoteDue    = mustSQL("TaskPromoteDue")
-	sqlFairStatePrune    = mustSQL("FairStatePrune")
-	sqlFairStateList     = mustSQL("FairStateList")
-	sqlFairStateRepair   = mustSQL("FairStateRepair")
-	sqlFairQueues        = mustSQL("FairQueues")
-	sqlTaskQueues        = mustSQL("TaskQueues")
-	sqlWalFlush          = mustSQL("WalFlush")
+	sqlTaskClaim         = sqlfile.Must(sqlFiles, "TaskClaim")
+	sqlTaskClaimBatch    = sqlfile.Must(sqlFiles, "TaskClaimBatch")
+	sqlTaskEnqueue       = sqlfile.Must(sqlFiles, "TaskEnqueue")
+	sqlTaskComplete      = sqlfile.Must(sqlFiles, "TaskComplete")
+	sqlTaskFail          = sqlfile.Must(sqlFiles, "TaskFail")
+	sqlTaskHeartbeat     = sqlfile.Must(sqlFiles, "TaskHeartbeat")
+	sqlTaskContinue      = sqlfile.Must(sqlFiles, "TaskContinue")
+	sqlTaskRescueExpired = sqlfile.Must(sqlFiles, "TaskRescueExpired")
+	sqlTaskPromoteDue    = sqlfile.Must(sqlFiles, "TaskPromoteDue")
+	sqlFairStatePrune    = sqlfile.Must(sqlFiles, "FairStatePrune")
+	sqlFairStateList     = sqlfile.Must(sqlFiles, "FairStateList")
+	sqlFairStateRepair   = sqlfile.Must(sqlFiles, "FairStateRepair")
+	sqlFairQueues        = sqlfile.Must(sqlFiles, "FairQueues")
+	sqlTaskQueues        = sqlfile.Must(sqlFiles, "TaskQueues")
+	sqlWalFlush          = sqlfile.Must(sqlFiles, "WalFlush")
 )
-
-// DB is what the package needs of a connection: *pgxpool.Pool, *pgx.Conn
-// and pgx.Tx all qualify.
-type DB = shard.Querier
 
 // DefaultLease is the lease of a claim whose request names none.
 const DefaultLease = 30 * time.Second
@@ -96,6 +90,19 @@ type Task struct {
 	LeaseToken     uuid.UUID
 	LeaseExpiresAt time.Time
 	TraceContext   json.RawMessage
+
+	// The task's run, as the claim left it: the claim statement returns
+	// these with the task (it writes the run row anyway), so a worker
+	// reads nothing after a claim.
+	Tenant   string
+	RunID    string // the run's id, unique per tenant
+	Workflow string // the run's name, which chooses the handler
+	// RunStatus is the run's status after the claim: "running", or a final
+	// status when the run was cancelled while its task waited (the claim
+	// leaves such a run as it is; the worker retires the task).
+	RunStatus   string
+	MaxAttempts int
+	Timeout     time.Duration // the run's attempt timeout; zero: none set
 }
 
 // Refusal is one row a recheck gave back during a claim: the model's
@@ -143,9 +150,10 @@ func (r Request) validate() error {
 // exactly, whatever the number of claimers. On a pool or connection the
 // claim commits without waiting for the WAL flush, which frees the lock
 // for the next claimer at once, and then waits for a flush in a statement
-// of its own before it returns the task. In a caller's transaction the lock
-// is held until that transaction ends: keep such transactions short.
-func Claim(ctx context.Context, db DB, req Request) (Result, error) {
+// of its own before it returns the task (docs/claim.md, "Why a claim waits
+// for its flush"). In a caller's transaction the lock is held until that
+// transaction ends: keep such transactions short.
+func Claim(ctx context.Context, db shard.Querier, req Request) (Result, error) {
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
@@ -157,7 +165,7 @@ func Claim(ctx context.Context, db DB, req Request) (Result, error) {
 // req.Queue (the dispatch channel), runs the rechecks and, when req.Fair is
 // set, charges its key. A row that is gone, not due, or held by another
 // claimer gives EmptyNoTask.
-func ClaimByID(ctx context.Context, db DB, id int64, req Request) (Result, error) {
+func ClaimByID(ctx context.Context, db shard.Querier, id int64, req Request) (Result, error) {
 	if err := req.validate(); err != nil {
 		return Result{}, err
 	}
@@ -167,23 +175,24 @@ func ClaimByID(ctx context.Context, db DB, id int64, req Request) (Result, error
 
 // releaseEarly reports whether a fair claim on db may commit before its WAL
 // flush: only when it runs in a transaction of its own.
-func releaseEarly(db DB, fair bool) bool {
+func releaseEarly(db shard.Querier, fair bool) bool {
 	_, inTx := db.(pgx.Tx)
 	return fair && !inTx
 }
 
-// claimRows runs one claim statement and scans its rows. With early set it
-// sends, in one round trip, the statement in a transaction of its own that
-// commits without waiting for the WAL flush (the claim function turns
-// synchronous_commit off, which frees the queue's fair lock at once), and
-// then a statement that waits for the flush when the claim took a task
-// (WalFlush): rows are only handed back once they are durable.
+// claimRows runs one claim statement and hands each of its rows to each.
+// With early set it sends, in one round trip, the statement in a
+// transaction of its own that commits without waiting for the WAL flush
+// (the claim function turns synchronous_commit off, which frees the queue's
+// fair lock at once), and then a statement that waits for the flush when
+// the claim took a task (WalFlush): rows are only handed back once they
+// are durable.
 //
 // committed, when set, is called once the claim's transaction has
 // committed and so released the queue's fair lock, before the wait for the
 // flush: a caller that takes turns on the lock (Claimer) may start the next
 // claim meanwhile.
-func claimRows(ctx context.Context, db DB, early bool, sql string, args []any, each func(pgx.Rows) error,
+func claimRows(ctx context.Context, db shard.Querier, early bool, sql string, args []any, each func(pgx.CollectableRow) error,
 	committed func()) error {
 	if !early {
 		rows, err := db.Query(ctx, sql, args...)
@@ -228,7 +237,7 @@ func claimRows(ctx context.Context, db DB, early bool, sql string, args []any, e
 	return br.Close()
 }
 
-func scanEach(rows pgx.Rows, each func(pgx.Rows) error) error {
+func scanEach(rows pgx.Rows, each func(pgx.CollectableRow) error) error {
 	defer rows.Close()
 	for rows.Next() {
 		if err := each(rows); err != nil {
@@ -241,7 +250,7 @@ func scanEach(rows pgx.Rows, each func(pgx.Rows) error) error {
 // retries is how many times a claim statement is sent: a deadlock (the
 // statement had no effect) is sent again on a pool or connection, never
 // inside the caller's transaction, which the deadlock aborted.
-func retries(db DB) int {
+func retries(db shard.Querier) int {
 	if _, inTx := db.(pgx.Tx); inTx {
 		return 1
 	}
@@ -249,7 +258,7 @@ func retries(db DB) int {
 }
 
 // claimOne runs one claim statement.
-func claimOne(ctx context.Context, db DB, op string, req Request, now any, lease int64, id any) (Result, error) {
+func claimOne(ctx context.Context, db shard.Querier, op string, req Request, now any, lease int64, id any) (Result, error) {
 	var (
 		res Result
 		err error
@@ -258,9 +267,9 @@ func claimOne(ctx context.Context, db DB, op string, req Request, now any, lease
 	args := []any{req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, id, early}
 	for range retries(db) {
 		res = Result{}
-		err = claimRows(ctx, db, early, sqlTaskClaim, args, func(rows pgx.Rows) error {
+		err = claimRows(ctx, db, early, sqlTaskClaim, args, func(row pgx.CollectableRow) error {
 			var err error
-			res, err = scanClaimed(rows)
+			res, err = scanClaimed(row)
 			return err
 		}, nil)
 		err = mapError(op, err)
@@ -276,12 +285,12 @@ func claimOne(ctx context.Context, db DB, op string, req Request, now any, lease
 // of every row taken. It returns the tasks taken and, when it stopped
 // because the rechecks refused the rest, those refusals. A fair batch is
 // one turn on the queue's fair lock (see Claim).
-func ClaimBatch(ctx context.Context, db DB, req Request, n int) ([]Result, error) {
+func ClaimBatch(ctx context.Context, db shard.Querier, req Request, n int) ([]Result, error) {
 	return claimBatch(ctx, db, req, n, nil)
 }
 
 // claimBatch is ClaimBatch with the hook of claimRows.
-func claimBatch(ctx context.Context, db DB, req Request, n int, committed func()) ([]Result, error) {
+func claimBatch(ctx context.Context, db shard.Querier, req Request, n int, committed func()) ([]Result, error) {
 	if err := req.validate(); err != nil {
 		return nil, err
 	}
@@ -299,8 +308,8 @@ func claimBatch(ctx context.Context, db DB, req Request, n int, committed func()
 	)
 	for {
 		out = make([]Result, 0, n)
-		err = claimRows(ctx, db, early, sqlTaskClaimBatch, args, func(rows pgx.Rows) error {
-			r, err := scanClaimed(rows)
+		err = claimRows(ctx, db, early, sqlTaskClaimBatch, args, func(row pgx.CollectableRow) error {
+			r, err := scanClaimed(row)
 			out = append(out, r)
 			return err
 		}, committed)
@@ -337,55 +346,80 @@ func again(out []Result) bool {
 	return len(out) == 1 && out[0].Empty == emptyAgain
 }
 
-func scanClaimed(row pgx.Row) (Result, error) {
-	var (
-		outcome                        string
-		lag                            pgtype.Float8
-		refusals                       []byte
-		id, runPK                      pgtype.Int8
-		queue, key, quotaKey, sticky   pgtype.Text
-		prio, step, attempt            pgtype.Int4
-		cont                           pgtype.Bool
-		due, stickyUntil, leaseExpires pgtype.Timestamptz
-		input, trace                   []byte
-		token                          pgtype.UUID
-	)
-	if err := row.Scan(&outcome, &lag, &refusals, &id, &runPK, &queue, &key, &quotaKey, &prio, &cont,
-		&due, &sticky, &stickyUntil, &step, &input, &attempt, &token, &leaseExpires, &trace); err != nil {
+// claimedRow is a row of the claim statements (the SQL type
+// harvest_claimed), scanned by column name. A row without a task sets
+// only outcome and refusals.
+type claimedRow struct {
+	Outcome        string             `db:"outcome"`
+	Lag            pgtype.Float8      `db:"lag"`
+	Refusals       []byte             `db:"refusals"`
+	ID             pgtype.Int8        `db:"id"`
+	RunPK          pgtype.Int8        `db:"run_pk"`
+	Queue          pgtype.Text        `db:"queue"`
+	Key            pgtype.Text        `db:"fairness_key"`
+	QuotaKey       pgtype.Text        `db:"quota_key"`
+	Priority       pgtype.Int4        `db:"priority"`
+	Continuation   pgtype.Bool        `db:"continuation"`
+	DueAt          pgtype.Timestamptz `db:"due_at"`
+	StickyWorker   pgtype.Text        `db:"sticky_worker"`
+	StickyUntil    pgtype.Timestamptz `db:"sticky_until"`
+	Step           pgtype.Int4        `db:"step"`
+	Input          []byte             `db:"input"`
+	Attempt        pgtype.Int4        `db:"attempt"`
+	LeaseToken     pgtype.UUID        `db:"lease_token"`
+	LeaseExpiresAt pgtype.Timestamptz `db:"lease_expires_at"`
+	TraceContext   []byte             `db:"trace_context"`
+	Tenant         pgtype.Text        `db:"tenant"`
+	RunID          pgtype.Text        `db:"run_id"`
+	Workflow       pgtype.Text        `db:"workflow"`
+	RunStatus      pgtype.Text        `db:"run_status"`
+	MaxAttempts    pgtype.Int4        `db:"max_attempts"`
+	TimeoutMS      pgtype.Int8        `db:"timeout_ms"`
+}
+
+func scanClaimed(row pgx.CollectableRow) (Result, error) {
+	c, err := pgx.RowToStructByName[claimedRow](row)
+	if err != nil {
 		return Result{}, err
 	}
 	var res Result
-	if len(refusals) > 0 {
-		if err := json.Unmarshal(refusals, &res.Refused); err != nil {
+	if len(c.Refusals) > 0 {
+		if err := json.Unmarshal(c.Refusals, &res.Refused); err != nil {
 			return Result{}, fmt.Errorf("decode refusals: %w", err)
 		}
 		if len(res.Refused) == 0 {
 			res.Refused = nil
 		}
 	}
-	if outcome != "ok" {
-		res.Empty = outcome
+	if c.Outcome != "ok" {
+		res.Empty = c.Outcome
 		return res, nil
 	}
 	res.OK = true
-	res.Lag = lag.Float64
+	res.Lag = c.Lag.Float64
 	res.Task = Task{
-		ID:             id.Int64,
-		RunPK:          runPK.Int64,
-		Queue:          queue.String,
-		Key:            key.String,
-		QuotaKey:       quotaKey.String,
-		Priority:       int(prio.Int32),
-		Continuation:   cont.Bool,
-		DueAt:          due.Time,
-		StickyWorker:   sticky.String,
-		StickyUntil:    stickyUntil.Time,
-		Step:           int(step.Int32),
-		Input:          input,
-		Attempt:        int(attempt.Int32),
-		LeaseToken:     uuid.UUID(token.Bytes),
-		LeaseExpiresAt: leaseExpires.Time,
-		TraceContext:   trace,
+		ID:             c.ID.Int64,
+		RunPK:          c.RunPK.Int64,
+		Queue:          c.Queue.String,
+		Key:            c.Key.String,
+		QuotaKey:       c.QuotaKey.String,
+		Priority:       int(c.Priority.Int32),
+		Continuation:   c.Continuation.Bool,
+		DueAt:          c.DueAt.Time,
+		StickyWorker:   c.StickyWorker.String,
+		StickyUntil:    c.StickyUntil.Time,
+		Step:           int(c.Step.Int32),
+		Input:          c.Input,
+		Attempt:        int(c.Attempt.Int32),
+		LeaseToken:     uuid.UUID(c.LeaseToken.Bytes),
+		LeaseExpiresAt: c.LeaseExpiresAt.Time,
+		TraceContext:   c.TraceContext,
+		Tenant:         c.Tenant.String,
+		RunID:          c.RunID.String,
+		Workflow:       c.Workflow.String,
+		RunStatus:      c.RunStatus.String,
+		MaxAttempts:    int(c.MaxAttempts.Int32),
+		Timeout:        time.Duration(c.TimeoutMS.Int64) * time.Millisecond,
 	}
 	return res, nil
 }
@@ -439,7 +473,7 @@ func QueueOrder(queues []QueueWeight, rng *rand.Rand) []string {
 // When every queue comes back empty, the result is EmptyRefused if any
 // queue refused rows (their refusals are all listed), else EmptyNoTask.
 // req.Queue is ignored.
-func ClaimQueues(ctx context.Context, db DB, queues []QueueWeight, req Request, rng *rand.Rand) (Result, error) {
+func ClaimQueues(ctx context.Context, db shard.Querier, queues []QueueWeight, req Request, rng *rand.Rand) (Result, error) {
 	out := Result{Empty: EmptyNoTask}
 	for _, q := range QueueOrder(queues, rng) {
 		r := req

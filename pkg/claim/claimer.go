@@ -2,6 +2,7 @@ package claim
 
 import (
 	"context"
+	"github.com/harvest-run/harvest/pkg/shard"
 	"sync"
 	"time"
 )
@@ -33,7 +34,7 @@ const rejoinWindow = 300 * time.Microsecond
 // A Claimer is safe for concurrent use. Its zero value is not usable: make
 // one with NewClaimer.
 type Claimer struct {
-	db DB
+	db shard.Querier
 	// MaxCombined bounds the claims of one statement (DefaultMaxCombined
 	// when zero).
 	MaxCombined int
@@ -52,7 +53,7 @@ type answered struct {
 
 // NewClaimer returns a Claimer over db, which should be a pool: claims
 // combined into one statement are sent on it while other statements go on.
-func NewClaimer(db DB) *Claimer {
+func NewClaimer(db shard.Querier) *Claimer {
 	return &Claimer{db: db, groups: map[Request]*combineGroup{}, last: map[Request]answered{}}
 }
 

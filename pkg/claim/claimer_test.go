@@ -12,17 +12,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
-// statements counts the claim statements sent through it.
+// statements counts the claim statements sent through it: a claim is one
+// query (its own transaction), so every Query and every SendBatch counts.
 type statements struct {
-	claim.DB
+	shard.Querier
 	n atomic.Int64
+}
+
+func (s *statements) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	s.n.Add(1)
+	return s.Querier.Query(ctx, sql, args...)
 }
 
 func (s *statements) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	s.n.Add(1)
-	return s.DB.SendBatch(ctx, b)
+	return s.Querier.SendBatch(ctx, b)
 }
 
 // Claim loops sharing a Claimer take every task exactly once, in fewer
@@ -32,7 +39,7 @@ func TestClaimerCombinesConcurrentFairClaims(t *testing.T) {
 	b := setup(t)
 	run := b.run(runOpts{})
 	b.exec(`INSERT INTO tasks (run_pk, queue, fairness_key) SELECT $1, 'q', 'k' || (g % 2) FROM generate_series(1, 400) g`, run)
-	db := &statements{DB: b.db}
+	db := &statements{Querier: b.db}
 	c := claim.NewClaimer(db)
 	var (
 		mu  sync.Mutex
@@ -60,6 +67,7 @@ func TestClaimerCombinesConcurrentFairClaims(t *testing.T) {
 	wg.Wait()
 	require.Len(t, ids, 400)
 	t.Logf("400 claims in %d statements", db.n.Load())
+	require.Positive(t, db.n.Load(), "the statements went around the counter")
 	require.Less(t, db.n.Load(), int64(400), "no claims were combined")
 	// The claim order kept the keys alternating: within every pair of
 	// claims, one of each key.

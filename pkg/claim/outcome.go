@@ -10,12 +10,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 var (
-	sqlTaskOutcomeBatch  = mustSQL("TaskOutcomeBatch")
-	sqlTaskHeartbeatMany = mustSQL("TaskHeartbeatMany")
+	sqlTaskOutcomeBatch  = sqlfile.Must(sqlFiles, "TaskOutcomeBatch")
+	sqlTaskHeartbeatMany = sqlfile.Must(sqlFiles, "TaskHeartbeatMany")
 )
 
 // OutcomeKind says what an outcome does to its task and run.
@@ -84,7 +86,7 @@ type OutcomeResult struct {
 // continuations in (queue, key) order: the order of every other statement
 // that holds several of them, so that batches, starts, cancels and the
 // rescue of expired leases do not deadlock.
-func RecordOutcomes(ctx context.Context, db DB, now time.Time, outs []Outcome) ([]OutcomeResult, error) {
+func RecordOutcomes(ctx context.Context, db shard.Querier, now time.Time, outs []Outcome) ([]OutcomeResult, error) {
 	if len(outs) == 0 {
 		return nil, nil
 	}
@@ -144,7 +146,7 @@ func RecordOutcomes(ctx context.Context, db DB, now time.Time, outs []Outcome) (
 	return res, err
 }
 
-func recordOutcomesOnce(ctx context.Context, db DB, ids []int64, args []any) ([]OutcomeResult, error) {
+func recordOutcomesOnce(ctx context.Context, db shard.Querier, ids []int64, args []any) ([]OutcomeResult, error) {
 	rows, err := db.Query(ctx, sqlTaskOutcomeBatch, args...)
 	if err != nil {
 		return nil, mapError("record outcomes", err)
@@ -263,7 +265,7 @@ const (
 // in order. The extension writes no index entry where the row's page has
 // room for its new version (a HOT update), so a worker can beat for all
 // its tasks every interval at little cost.
-func Heartbeats(ctx context.Context, db DB, leases []Lease, extend time.Duration) ([]Beat, error) {
+func Heartbeats(ctx context.Context, db shard.Querier, leases []Lease, extend time.Duration) ([]Beat, error) {
 	if len(leases) == 0 {
 		return nil, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/harvest-run/harvest/pkg/fairkeys"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // StateKey names one fairness state row; it is the model's
@@ -33,7 +34,7 @@ type StateRow struct {
 // (on a pool, one short transaction per queue). With preview set nothing
 // is deleted: the same statement runs on a temporary copy and takes no
 // lock, so no claim waits for it.
-func PruneFairState(ctx context.Context, db DB, now time.Time, window time.Duration, preview bool) ([]StateKey, error) {
+func PruneFairState(ctx context.Context, db shard.Querier, now time.Time, window time.Duration, preview bool) ([]StateKey, error) {
 	queues, err := fairQueues(ctx, db, sqlFairQueues)
 	if err != nil {
 		return nil, mapError("prune fair state", err)
@@ -71,7 +72,7 @@ type Repaired struct {
 // of its own under the queue's fair lock, so claims go on meanwhile (a fair
 // claim of the queue waits for the repair as for another claim). Its cost
 // is one index descent per key with pending work.
-func Repair(ctx context.Context, db DB, queues ...string) ([]Repaired, error) {
+func Repair(ctx context.Context, db shard.Querier, queues ...string) ([]Repaired, error) {
 	if len(queues) == 0 {
 		var err error
 		if queues, err = fairQueues(ctx, db, sqlTaskQueues); err != nil {
@@ -89,7 +90,7 @@ func Repair(ctx context.Context, db DB, queues ...string) ([]Repaired, error) {
 	return out, nil
 }
 
-func fairQueues(ctx context.Context, db DB, q string) ([]string, error) {
+func fairQueues(ctx context.Context, db shard.Querier, q string) ([]string, error) {
 	rows, err := db.Query(ctx, q)
 	if err != nil {
 		return nil, err
@@ -99,7 +100,7 @@ func fairQueues(ctx context.Context, db DB, q string) ([]string, error) {
 
 // FairState lists the fairness state rows of every queue (keys charged at
 // least once and not pruned since), sorted by queue and key.
-func FairState(ctx context.Context, db DB) ([]StateRow, error) {
+func FairState(ctx context.Context, db shard.Querier) ([]StateRow, error) {
 	rows, err := db.Query(ctx, sqlFairStateList)
 	if err != nil {
 		return nil, mapError("list fair state", err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // NewTask is a task to insert. RunPK must name an existing run.
@@ -56,7 +57,7 @@ func nullJSON(b json.RawMessage) any {
 // enter a shard (the run's first task at start, retries and continuations
 // use the same database function), so every new task is recorded as an
 // arrival that the next fair claim of its queue folds into the key heads. Run it in the transaction that writes the run.
-func Enqueue(ctx context.Context, db DB, t NewTask) (int64, error) {
+func Enqueue(ctx context.Context, db shard.Querier, t NewTask) (int64, error) {
 	if t.Queue == "" {
 		return 0, errors.New("claim: enqueue: empty queue name")
 	}
@@ -74,7 +75,7 @@ func Enqueue(ctx context.Context, db DB, t NewTask) (int64, error) {
 // transaction (the run's status, output and finish time, and the tenant's
 // running count). A token that is not current gives ErrStaleLease and
 // changes nothing.
-func Complete(ctx context.Context, db DB, id int64, token uuid.UUID, output json.RawMessage) error {
+func Complete(ctx context.Context, db shard.Querier, id int64, token uuid.UUID, output json.RawMessage) error {
 	_, err := db.Exec(ctx, sqlTaskComplete, id, token, nullJSON(output))
 	return mapError("complete", err)
 }
@@ -94,7 +95,7 @@ type FailOptions struct {
 // Fail ends the current attempt of a claimed task. It returns true when the
 // task will run again, false when the run failed. A token that is not
 // current gives ErrStaleLease and changes nothing.
-func Fail(ctx context.Context, db DB, id int64, token uuid.UUID, o FailOptions) (retried bool, err error) {
+func Fail(ctx context.Context, db shard.Querier, id int64, token uuid.UUID, o FailOptions) (retried bool, err error) {
 	var after any
 	if o.RetryAt.IsZero() && o.RetryAfter > 0 {
 		after = o.RetryAfter.Microseconds()
@@ -106,7 +107,7 @@ func Fail(ctx context.Context, db DB, id int64, token uuid.UUID, o FailOptions) 
 // Heartbeat extends the lease of a claimed task to now + extend (database
 // clock) and returns the new expiry. A token that is not current gives
 // ErrStaleLease.
-func Heartbeat(ctx context.Context, db DB, id int64, token uuid.UUID, extend time.Duration) (time.Time, error) {
+func Heartbeat(ctx context.Context, db shard.Querier, id int64, token uuid.UUID, extend time.Duration) (time.Time, error) {
 	var until time.Time
 	err := db.QueryRow(ctx, sqlTaskHeartbeat, id, token, extend.Microseconds()).Scan(&until)
 	return until, mapError("heartbeat", err)
@@ -131,7 +132,7 @@ type ContinueOptions struct {
 // continuation band (same queue, fairness key, quota key and priority;
 // step + 1), in one transaction. It returns the new task's id. A token that
 // is not current gives ErrStaleLease and changes nothing.
-func Continue(ctx context.Context, db DB, id int64, token uuid.UUID, o ContinueOptions) (int64, error) {
+func Continue(ctx context.Context, db shard.Querier, id int64, token uuid.UUID, o ContinueOptions) (int64, error) {
 	sticky := o.StickyUntil
 	if sticky.IsZero() && o.StickyFor > 0 {
 		base := o.Now
@@ -160,7 +161,7 @@ type Rescued struct {
 // (database clock), or fails their run when it has used max_attempts. A
 // task that was finished meanwhile is never touched; the old lease token is
 // void afterwards.
-func RescueExpired(ctx context.Context, db DB, limit int) (Rescued, error) {
+func RescueExpired(ctx context.Context, db shard.Querier, limit int) (Rescued, error) {
 	if limit <= 0 {
 		limit = 1000
 	}
@@ -173,7 +174,7 @@ func RescueExpired(ctx context.Context, db DB, limit int) (Rescued, error) {
 // claimable (queue "" means every queue; now zero means the database
 // clock) and returns how many it promoted. Each claim also promotes the due
 // rows of its own queue, so this is upkeep, not a requirement.
-func PromoteDue(ctx context.Context, db DB, queue string, now time.Time, limit int) (int, error) {
+func PromoteDue(ctx context.Context, db shard.Querier, queue string, now time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		limit = 10000
 	}

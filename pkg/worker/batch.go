@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/harvest-run/harvest/internal/telemetry"
-	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
@@ -26,8 +24,8 @@ import (
 //   - keeps MaxConcurrentClaims task slots; BatchClaimers loops each reserve
 //     the free slots (at most ClaimBatch) and fill them with one
 //     claim.ClaimBatch statement, which takes the rows in the order single
-//     claims would (a fair batch charges each key in the fair order), then
-//     read the runs of all the rows taken in one query;
+//     claims would (a fair batch charges each key in the fair order) and
+//     returns, with each row, what the worker needs of its run;
 //   - runs every task on a goroutine of its own, exactly as the single-claim
 //     loop does (handler, heartbeat, timeout, shutdown);
 //   - records every outcome through the worker's outcome batches
@@ -41,8 +39,6 @@ import (
 // timer like the single-claim loop; while there is work it claims again as
 // soon as a slot is free, so a new key's task waits at most for the claim
 // statement in flight (the fair order puts a key without debt first).
-
-var sqlRunsOfTasks = mustSQL("RunsOfTasks")
 
 // batched runs the claim loops of batch mode and returns once they and
 // every task they started have finished and been recorded.
@@ -156,12 +152,6 @@ func (w *Worker) claimBatch(ctx context.Context, rng *rand.Rand, n int) []*claim
 	return nil
 }
 
-type runInfo struct {
-	tenant, id, workflow, status string
-	maxAttempts                  int
-	timeoutMS                    *int64
-}
-
 func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*claimed, error) {
 	req := claim.Request{Queue: queue, Worker: w.cfg.ID, Fair: w.cfg.FairnessKeys,
 		AgingSecs: w.cfg.PriorityAgingSecs, Lease: w.cfg.Lease}
@@ -187,14 +177,10 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 		w.inst.claims.Add(ctx, 1, w.claimLabels(queue, "error"))
 		return nil, err
 	}
-	var (
-		took []claim.Result
-		pks  []int64
-	)
+	var took []claim.Result
 	for _, r := range rs {
 		if r.OK {
 			took = append(took, r)
-			pks = append(pks, r.Task.RunPK)
 		}
 	}
 	if len(took) == 0 {
@@ -207,32 +193,10 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 	}
 	w.inst.claims.Add(ctx, int64(len(took)), w.claimLabels(queue, "ok"))
 
-	runs := make(map[int64]runInfo, len(pks))
-	rows, err := w.db.Query(ctx, sqlRunsOfTasks, pks)
-	if err == nil {
-		for rows.Next() {
-			var (
-				pk int64
-				ri runInfo
-			)
-			if err = rows.Scan(&pk, &ri.tenant, &ri.id, &ri.workflow, &ri.status, &ri.maxAttempts, &ri.timeoutMS); err != nil {
-				break
-			}
-			runs[pk] = ri
-		}
-		rows.Close()
-		if err == nil {
-			err = rows.Err()
-		}
-	}
-
 	out := make([]*claimed, 0, len(took))
 	for _, r := range took {
 		ct := r.Task
-		c := &claimed{token: ct.LeaseToken, task: Task{
-			ID: ct.ID, Queue: ct.Queue, Shard: w.cfg.Shard, Key: ct.Key, QuotaKey: ct.QuotaKey,
-			Priority: ct.Priority, Step: ct.Step, Attempt: ct.Attempt, Input: ct.Input,
-		}}
+		c := w.claimedTask(ct)
 		sctx := ctx
 		if sc := telemetry.SpanContextFromJSON(ct.TraceContext); sc.IsValid() {
 			c.parent = sc
@@ -251,23 +215,12 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 				attribute.Int64("harvest.task_id", ct.ID),
 				attribute.Int("harvest.attempt", ct.Attempt)))
 		c.links = append(c.links, trace.Link{SpanContext: span.SpanContext()})
-		ri, found := runs[ct.RunPK]
-		if err != nil || !found {
-			rerr := err
-			if rerr == nil {
-				rerr = fmt.Errorf("run %d not found", ct.RunPK)
-			}
-			rerr = fmt.Errorf("read the run of task %d: %w", ct.ID, rerr)
-			span.RecordError(rerr)
+		if err := runKnown(ct); err != nil {
+			span.RecordError(err)
 			span.End()
-			w.log.Warn("batch claim: handing a task back", "task", ct.ID, "err", rerr)
+			w.log.Warn("batch claim: handing a task back", "task", ct.ID, "err", err)
 			_, _ = w.release(ctx, c)
 			continue
-		}
-		c.task.Tenant, c.task.RunID, c.task.Workflow, c.task.MaxAttempts = ri.tenant, ri.id, ri.workflow, ri.maxAttempts
-		c.status = api.Status(ri.status)
-		if ri.timeoutMS != nil {
-			c.timeout = time.Duration(*ri.timeoutMS) * time.Millisecond
 		}
 		span.SetAttributes(attribute.String("harvest.run_id", c.task.RunID), attribute.String("harvest.tenant", c.task.Tenant))
 		span.End()

@@ -18,8 +18,8 @@ import (
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
-// claimed is a task this worker holds the lease of, with what it read of
-// its run.
+// claimed is a task this worker holds the lease of, with what the claim
+// returned of its run.
 type claimed struct {
 	task    Task
 	token   [16]byte
@@ -110,10 +110,7 @@ func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed
 		return nil, false, nil
 	}
 	ct := res.Task
-	c := &claimed{token: ct.LeaseToken, task: Task{
-		ID: ct.ID, Queue: ct.Queue, Shard: w.cfg.Shard, Key: ct.Key, QuotaKey: ct.QuotaKey,
-		Priority: ct.Priority, Step: ct.Step, Attempt: ct.Attempt, Input: ct.Input,
-	}}
+	c := w.claimedTask(ct)
 	if sc := telemetry.SpanContextFromJSON(ct.TraceContext); sc.IsValid() {
 		c.parent = sc
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
@@ -125,25 +122,34 @@ func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed
 		attribute.Int64("harvest.task_id", ct.ID),
 		attribute.Int("harvest.attempt", ct.Attempt))
 	c.links = append(c.links, trace.Link{SpanContext: span.SpanContext()})
-
-	var (
-		status    string
-		timeoutMS *int64
-	)
-	err = w.db.QueryRow(ctx, sqlRunOfTask, ct.RunPK).Scan(&c.task.Tenant, &c.task.RunID, &c.task.Workflow,
-		&status, &c.task.MaxAttempts, &timeoutMS)
-	if err != nil {
-		err = fmt.Errorf("read the run of task %d: %w", ct.ID, err)
+	if err := runKnown(ct); err != nil {
 		span.RecordError(err)
 		w.release(ctx, c)
 		return nil, false, err
 	}
-	c.status = api.Status(status)
-	if timeoutMS != nil {
-		c.timeout = time.Duration(*timeoutMS) * time.Millisecond
-	}
 	span.SetAttributes(attribute.String("harvest.run_id", c.task.RunID), attribute.String("harvest.tenant", c.task.Tenant))
 	return c, true, nil
+}
+
+// claimedTask is a claimed task as the worker holds it: the task and its
+// run, both as the claim statement returned them.
+func (w *Worker) claimedTask(ct claim.Task) *claimed {
+	return &claimed{token: ct.LeaseToken, status: api.Status(ct.RunStatus), timeout: ct.Timeout, task: Task{
+		ID: ct.ID, RunID: ct.RunID, Tenant: ct.Tenant, Workflow: ct.Workflow, Queue: ct.Queue,
+		Shard: w.cfg.Shard, Key: ct.Key, QuotaKey: ct.QuotaKey, Priority: ct.Priority, Step: ct.Step,
+		Attempt: ct.Attempt, MaxAttempts: ct.MaxAttempts, Input: ct.Input,
+	}}
+}
+
+// runKnown checks that the claim returned the task's run. A task's run row
+// outlives it (tasks reference their run, deleted with it), so a claim
+// without one is a fault of the schema: the task is handed back rather
+// than run under an empty run id.
+func runKnown(ct claim.Task) error {
+	if ct.RunID == "" {
+		return fmt.Errorf("claim of task %d: run %d not returned", ct.ID, ct.RunPK)
+	}
+	return nil
 }
 
 // run executes one claimed task and records its outcome.

@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"time"
+
+	"github.com/harvest-run/harvest/internal/sqlfile"
 )
 
 // DefaultPresenceInterval is how often a worker renews its presence rows
@@ -19,8 +21,8 @@ const presenceLiveIntervals = 3
 const presenceTimeout = 5 * time.Second
 
 var (
-	sqlPresenceUpsert = mustSQL("WorkerPresenceUpsert")
-	sqlPresenceDelete = mustSQL("WorkerPresenceDelete")
+	sqlPresenceUpsert = sqlfile.Must(sqlFiles, "WorkerPresenceUpsert")
+	sqlPresenceDelete = sqlfile.Must(sqlFiles, "WorkerPresenceDelete")
 )
 
 // presenceInterval is the configured interval, or the default.

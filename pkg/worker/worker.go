@@ -29,11 +29,8 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-func mustSQL(name string) string { return sqlfile.Must(sqlFiles, name) }
-
 var (
-	sqlRunOfTask       = mustSQL("RunOfTask")
-	sqlQueueBacklog    = mustSQL("QueueBacklog")
+	sqlQueueBacklog    = sqlfile.Must(sqlFiles, "QueueBacklog")
 	dispatchQueueGroup = "harvest-workers"
 )
 

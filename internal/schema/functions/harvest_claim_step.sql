@@ -18,7 +18,8 @@
 --      refused row is left pending and charges nothing, its quota key is
 --      skipped for the rest of the claim, and the claim picks again (at
 --      most 8 refusals; a dispatch claim stops at the first);
---   4. the lease, and the run marked running;
+--   4. the lease, and the run marked running (its fields the worker needs
+--      come back with the claim);
 --   5. for a fair claim, the charge (harvest_charge_terms, harvest_charge).
 --
 -- The queue's pick, by the claim's kind:
@@ -84,6 +85,7 @@ DECLARE
     v_reason  text;
     v_pick    record;
     r_task    tasks%ROWTYPE;
+    r_run     record;
     r_out     harvest_claimed;
 BEGIN
     IF p_fair THEN
@@ -99,7 +101,11 @@ BEGIN
         IF p_task_id IS NOT NULL THEN
             r_task := harvest_pick_named(p_queue, p_task_id, v_due_cut);
         ELSE
-            IF p_worker <> '' THEN
+            -- The probe of the partial index is cheaper than the call,
+            -- and a worker almost never has a pinned row waiting.
+            IF p_worker <> '' AND EXISTS (SELECT 1 FROM tasks x
+                                          WHERE x.queue = p_queue AND x.state = 'pending'
+                                            AND x.sticky_worker = p_worker AND x.sticky_until > v_now) THEN
                 r_task := harvest_pick_sticky(p_queue, p_worker, p_fair, p_aging, v_now, v_due_cut, v_excl,
                                               v_two, v_clock, v_gclock);
             END IF;
@@ -194,13 +200,21 @@ BEGIN
             charged_secs     = CASE WHEN p_fair AND v_runtime THEN v_cost END
         WHERE id = r_task.id
         RETURNING * INTO r_task;
+        -- The update returns what the worker needs of the run, so it reads
+        -- nothing after the claim; a run that is final already (cancelled
+        -- while its task waited) is left as it is and read instead.
         UPDATE runs SET
             status     = 'running',
             attempts   = attempts + 1,
             -- The task's stamp, not now(): a claim that waited for the
             -- queue lock began before the claim that held it.
             claimed_at = coalesce(claimed_at, r_task.claimed_at)
-        WHERE pk = r_task.run_pk AND status IN ('queued', 'running');
+        WHERE pk = r_task.run_pk AND status IN ('queued', 'running')
+        RETURNING runs.tenant, runs.id, runs.name, runs.status, runs.max_attempts, runs.timeout_ms INTO r_run;
+        IF NOT FOUND THEN
+            SELECT x.tenant, x.id, x.name, x.status, x.max_attempts, x.timeout_ms INTO r_run
+            FROM runs x WHERE x.pk = r_task.run_pk;
+        END IF;
 
         -- 5. Charge the key (fair claims only); the key's head moves on when
         -- this row was it.
@@ -211,7 +225,8 @@ BEGIN
         r_out := ROW('ok', coalesce(v_lag, 0), v_ref, r_task.id, r_task.run_pk, r_task.queue, r_task.fairness_key,
                      r_task.quota_key, r_task.priority, r_task.continuation, r_task.due_at,
                      r_task.sticky_worker, r_task.sticky_until, r_task.step, r_task.input,
-                     r_task.attempt, r_task.lease_token, r_task.lease_expires_at, r_task.trace_context);
+                     r_task.attempt, r_task.lease_token, r_task.lease_expires_at, r_task.trace_context,
+                     r_run.tenant, r_run.id, r_run.name, r_run.status, r_run.max_attempts, r_run.timeout_ms);
         RETURN r_out;
     END LOOP;
 END
