@@ -164,10 +164,12 @@ func TestCompleteBatchFencesEachLease(t *testing.T) {
 
 // A fair batch over many keys is planned at once (harvest_claim_bulk_fair):
 // for random backlogs (keys with and without debt, weights, priorities,
-// continuations, quota keys) a batch of n must give exactly what n single
-// claims give on a twin database: the same rows in the same order, the same
-// lags, charges, clock, heads and debt marks. The test also checks that the
-// plan was used, not only the single claim it falls back to.
+// continuations, quota keys, rows pinned to the claiming worker or to
+// another) a batch of n must give exactly what n single claims give on a
+// twin database: the same rows in the same order, the same lags, charges,
+// clock, heads and debt marks. The test also checks that the plan was used,
+// not only the single claim it falls back to, and that batches which began
+// with pinned rows went on in bulk.
 func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 	t.Parallel()
 	single, batch := setup(t), setup(t)
@@ -177,11 +179,22 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 	_, err = conn.Exec(batch.ctx, `SET track_functions = 'pl'`)
 	require.NoError(t, err)
 	req := claim.Request{Queue: "q", Worker: "w", Fair: true, Now: t0.Add(time.Hour), Lease: time.Minute}
+	// The bulk plans this session made so far; the statistics are flushed
+	// at the end of the transaction after pg_stat_force_next_flush.
+	bulkCalls := func(t require.TestingT) int {
+		_, err := conn.Exec(batch.ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		var calls int
+		require.NoError(t, conn.QueryRow(batch.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+			WHERE funcname = 'harvest_claim_bulk_fair'`).Scan(&calls))
+		return calls
+	}
+	var pinnedThenBulk int
 
 	rapid.Check(t, func(rt *rapid.T) {
 		for _, b := range []*bundle{single, batch} {
-			b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas,
-				rate_buckets, tenant_running RESTART IDENTITY`)
+			b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides,
+				weight_override_counts, quotas, rate_buckets, tenant_running RESTART IDENTITY`)
 		}
 		keys := rapid.IntRange(1, 12).Draw(rt, "keys")
 		run := []int64{single.run(runOpts{MaxAttempts: 100}), batch.run(runOpts{MaxAttempts: 100})}
@@ -190,6 +203,8 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 			prio       int
 			cont       bool
 			due        time.Time
+			pin        string
+			pinUntil   time.Time
 		}
 		var rows []row
 		for k := range keys {
@@ -212,6 +227,13 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 				if rapid.IntRange(0, 19).Draw(rt, "quota") == 0 {
 					r.quota = "x"
 				}
+				// Rows pinned to the claiming worker (the batch takes them
+				// by single steps, then goes on in bulk), to another
+				// worker, or pinned once (the pin ran out).
+				if rapid.IntRange(0, 7).Draw(rt, "pinned") == 0 {
+					r.pin = rapid.SampledFrom([]string{"w", "w", "v"}).Draw(rt, "pin")
+					r.pinUntil = req.Now.Add(time.Duration(rapid.IntRange(-2, 8).Draw(rt, "pin for")) * time.Minute)
+				}
 				rows = append(rows, r)
 			}
 		}
@@ -220,7 +242,8 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 		for _, r := range order {
 			for i, b := range []*bundle{single, batch} {
 				b.task(taskOpts{RunPK: run[i], Key: r.key, QuotaKey: r.quota, Priority: r.prio,
-					Continuation: r.cont, DueAt: r.due, Now: t0.Add(time.Hour)})
+					Continuation: r.cont, DueAt: r.due, StickyWorker: r.pin, StickyUntil: r.pinUntil,
+					Now: t0.Add(time.Hour)})
 			}
 		}
 		// Some claims first, so that keys carry debt and the clock moved.
@@ -229,8 +252,15 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 			require.Equal(rt, a.Task.ID, b.Task.ID)
 		}
 		n := rapid.IntRange(2, 24).Draw(rt, "n")
+		var pinned bool
+		require.NoError(rt, batch.db.QueryRow(batch.ctx, `SELECT EXISTS (SELECT 1 FROM tasks
+			WHERE state = 'pending' AND sticky_worker = 'w' AND sticky_until > $1 AND due_at <= $1)`, req.Now).Scan(&pinned))
+		calls0 := bulkCalls(rt)
 		got, err := claim.ClaimBatch(batch.ctx, conn, req, n)
 		require.NoError(rt, err)
+		if pinned && bulkCalls(rt) > calls0 {
+			pinnedThenBulk++
+		}
 		var want []claim.Result
 		for range n {
 			r := single.claim(req)
@@ -257,11 +287,10 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 		require.Equal(rt, single.clock(), batch.clock())
 		require.Equal(rt, single.summaries(), batch.summaries())
 	})
-	var calls int
-	require.NoError(t, conn.QueryRow(batch.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
-		WHERE funcname = 'harvest_claim_bulk_fair'`).Scan(&calls))
-	t.Logf("bulk plans: %d", calls)
+	calls := bulkCalls(t)
+	t.Logf("bulk plans: %d; batches that began with pinned rows and went on in bulk: %d", calls, pinnedThenBulk)
 	require.Positive(t, calls, "no batch was planned in bulk")
+	require.Positive(t, pinnedThenBulk, "no batch went on in bulk after its pinned rows")
 }
 
 func (b *bundle) clock() float64 {

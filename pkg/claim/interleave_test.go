@@ -271,7 +271,7 @@ func (im *interleaveMachine) actions() map[string]func(*rapid.T) {
 	if im.dbClock {
 		// Operations whose outcome depends on the time in ways only the
 		// database knows are left out.
-		for _, name := range []string{"claimByID", "claimBatch", "requeue", "setQuota", "prune", "advance"} {
+		for _, name := range []string{"claimByID", "claimBatch", "claimBatchPinned", "insertPinned", "requeue", "setQuota", "prune", "advance"} {
 			delete(acts, name)
 		}
 		acts["setCap"] = func(t *rapid.T) {
@@ -314,8 +314,9 @@ func TestSQLFollowsModelWithInterleavings(t *testing.T) {
 	rapidSteps(t)
 	b := setup(t)
 	rapid.Check(t, func(rt *rapid.T) {
-		b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas, rate_buckets,
-			tenant_running, queue_fairness, group_weights, fair_groups, fair_held RESTART IDENTITY`)
+		b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides,
+			weight_override_counts, quotas, rate_buckets, tenant_running, queue_fairness, group_weights, fair_groups,
+			fair_held RESTART IDENTITY`)
 		mm := &modelMachine{stats: &modelStats{}, b: b, m: fairkeys.NewModel(), now: t0, tokens: map[int64]uuid.UUID{}}
 		mm.run = b.run(runOpts{MaxAttempts: 1_000_000})
 		im := &interleaveMachine{modelMachine: mm, dbClock: rapid.Bool().Draw(rt, "database clock")}

@@ -84,18 +84,34 @@ func (mm *modelMachine) running(t *rapid.T) (int64, bool) {
 	return rapid.SampledFrom(ids).Draw(t, "running"), true
 }
 
-func (mm *modelMachine) insert(t *rapid.T) {
+func (mm *modelMachine) insert(t *rapid.T) { mm.insertTask(t, false) }
+
+// insertPinned adds a row without a quota key pinned to a worker: with
+// claimBatchPinned, the shape in which a batch takes the rows pinned to
+// its worker by single steps and goes on in bulk (most rows of insert
+// have a quota key, before which every bulk step stops).
+func (mm *modelMachine) insertPinned(t *rapid.T) { mm.insertTask(t, true) }
+
+func (mm *modelMachine) insertTask(t *rapid.T, pinned bool) {
 	task := fairkeys.Task{
 		Queue:        rapid.SampledFrom(mQueues).Draw(t, "queue"),
 		Key:          rapid.SampledFrom(mKeys).Draw(t, "key"),
-		QuotaKey:     rapid.SampledFrom(mQuotaKeys).Draw(t, "quota"),
 		Priority:     rapid.IntRange(-1, 2).Draw(t, "prio"),
 		Continuation: rapid.Bool().Draw(t, "cont"),
-		DueAt:        mm.now.Add(mm.ms(t, "due", -3000, 3000).Truncate(250 * time.Millisecond)),
 	}
-	if rapid.IntRange(0, 3).Draw(t, "sticky?") == 0 {
+	switch {
+	case pinned:
+		// Due, and pinned for a while yet: the batch has to take it first.
+		task.DueAt = mm.now.Add(mm.ms(t, "due", -3000, 0).Truncate(250 * time.Millisecond))
 		task.StickyWorker = rapid.SampledFrom(mWorkers[1:]).Draw(t, "stickyWorker")
-		task.StickyUntil = mm.now.Add(mm.ms(t, "stickyFor", -1000, 4000))
+		task.StickyUntil = mm.now.Add(mm.ms(t, "stickyFor", 1, 4000))
+	default:
+		task.DueAt = mm.now.Add(mm.ms(t, "due", -3000, 3000).Truncate(250 * time.Millisecond))
+		task.QuotaKey = rapid.SampledFrom(mQuotaKeys).Draw(t, "quota")
+		if rapid.IntRange(0, 3).Draw(t, "sticky?") == 0 {
+			task.StickyWorker = rapid.SampledFrom(mWorkers[1:]).Draw(t, "stickyWorker")
+			task.StickyUntil = mm.now.Add(mm.ms(t, "stickyFor", -1000, 4000))
+		}
 	}
 	id := mm.b.task(taskOpts{RunPK: mm.run, Queue: task.Queue, Key: task.Key, QuotaKey: task.QuotaKey,
 		Priority: task.Priority, Continuation: task.Continuation, DueAt: task.DueAt,
@@ -125,6 +141,38 @@ func (mm *modelMachine) compare(t *rapid.T, what string, want fairkeys.ClaimResu
 	g := fmt.Sprintf("ok=%v id=%d empty=%q lag=%v refused=%v", got.OK, got.Task.ID, got.Empty, got.Lag, gotRef)
 	if w != g {
 		t.Fatalf("%s: model %s, sql %s", what, w, g)
+	}
+}
+
+// batch claims n rows in one batch: it must give what the same number of
+// single claims would, one result at a time; the bulk steps of the batch
+// are checked against the model here.
+func (mm *modelMachine) batch(t *rapid.T, req fairkeys.ClaimRequest, n int) {
+	b := mm.b
+	got, err := claim.ClaimBatch(b.ctx, b.db, sqlRequest(req), n)
+	require.NoError(t, err)
+	var want []fairkeys.ClaimResult
+	for range n {
+		r := mm.m.Claim(req)
+		if !r.OK {
+			if r.Empty == claim.EmptyRefused {
+				want = append(want, r)
+			}
+			break
+		}
+		want = append(want, r)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("claim batch of %d %+v: model gave %d results, sql %d", n, req, len(want), len(got))
+	}
+	pinned := func(r fairkeys.ClaimResult) bool {
+		return r.OK && r.Task.StickyWorker == req.Worker && r.Task.StickyUntil.After(req.Now)
+	}
+	for i := range want {
+		mm.compare(t, fmt.Sprintf("claim batch %d/%d %+v", i+1, n, req), want[i], got[i])
+		if i > 0 && pinned(want[i-1]) && want[i].OK && !pinned(want[i]) {
+			mm.stats.pinnedFirst++
+		}
 	}
 }
 
@@ -163,30 +211,16 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 			mm.compare(t, fmt.Sprintf("claim by id %d %+v", id, req), mm.m.ClaimByID(id, req), got)
 		},
 		"claimBatch": func(t *rapid.T) {
-			// A batch must give what the same number of single claims
-			// would, one result at a time: the bulk steps of the batch are
-			// checked against the model here.
+			mm.batch(t, mm.request(t), rapid.IntRange(1, 6).Draw(t, "n"))
+		},
+		"insertPinned": mm.insertPinned,
+		"claimBatchPinned": func(t *rapid.T) {
+			// A named worker and no ageing: the batches that may take
+			// pinned rows first and then bulk steps.
 			req := mm.request(t)
-			n := rapid.IntRange(1, 6).Draw(t, "n")
-			got, err := claim.ClaimBatch(b.ctx, b.db, sqlRequest(req), n)
-			require.NoError(t, err)
-			var want []fairkeys.ClaimResult
-			for range n {
-				r := mm.m.Claim(req)
-				if !r.OK {
-					if r.Empty == claim.EmptyRefused {
-						want = append(want, r)
-					}
-					break
-				}
-				want = append(want, r)
-			}
-			if len(got) != len(want) {
-				t.Fatalf("claim batch of %d %+v: model gave %d results, sql %d", n, req, len(want), len(got))
-			}
-			for i := range want {
-				mm.compare(t, fmt.Sprintf("claim batch %d/%d %+v", i+1, n, req), want[i], got[i])
-			}
+			req.Worker = rapid.SampledFrom(mWorkers[1:]).Draw(t, "pinnedWorker")
+			req.AgingSecs = 0
+			mm.batch(t, req, rapid.IntRange(2, 6).Draw(t, "n"))
 		},
 		"completeBatch": func(t *rapid.T) {
 			if len(mm.tokens) == 0 {
@@ -387,7 +421,9 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 
 // modelStats shows in -v output that the random runs reach the interesting
 // cases.
-type modelStats struct{ ok, refused, lagged, pruned, held int }
+// pinnedFirst counts batches that took rows pinned to their worker and then
+// other rows.
+type modelStats struct{ ok, refused, lagged, pruned, held, pinnedFirst int }
 
 // rapidSteps sets rapid's steps per check to 80 unless the command line
 // chose a number, once for the package: the model tests run in parallel,
@@ -413,8 +449,9 @@ func TestSQLFollowsModel(t *testing.T) {
 	b := setup(t)
 	stats := &modelStats{}
 	rapid.Check(t, func(rt *rapid.T) {
-		b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides, quotas, rate_buckets,
-			tenant_running, queue_fairness, group_weights, fair_groups, fair_held RESTART IDENTITY`)
+		b.exec(`TRUNCATE runs, tasks, move_out, fair_state, fair_queues, fair_arrivals, weight_overrides,
+			weight_override_counts, quotas, rate_buckets, tenant_running, queue_fairness, group_weights, fair_groups,
+			fair_held RESTART IDENTITY`)
 		mm := &modelMachine{stats: stats, b: b, m: fairkeys.NewModel(), now: t0, tokens: map[int64]uuid.UUID{}}
 		mm.run = b.run(runOpts{MaxAttempts: 1_000_000})
 		acts := mm.actions()
@@ -424,8 +461,11 @@ func TestSQLFollowsModel(t *testing.T) {
 		acts["claim once more"] = acts["claim"]
 		acts["insert more"] = acts["insert"]
 		acts["set quota again"] = acts["setQuota"]
+		acts["insert pinned more"] = acts["insertPinned"]
+		acts["claim batch pinned again"] = acts["claimBatchPinned"]
 		rt.Repeat(acts)
 	})
-	t.Logf("claims taken %d, refusals %d, claims with lag > 0 %d, state rows pruned %d, attempts settled by runtime %d",
-		stats.ok, stats.refused, stats.lagged, stats.pruned, stats.held)
+	t.Logf("claims taken %d, refusals %d, claims with lag > 0 %d, state rows pruned %d, attempts settled by runtime %d, "+
+		"batches that took pinned rows and then others %d",
+		stats.ok, stats.refused, stats.lagged, stats.pruned, stats.held, stats.pinnedFirst)
 }

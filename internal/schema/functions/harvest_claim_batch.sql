@@ -5,7 +5,12 @@
 -- (harvest_queue_lone), fair batches take the lock shared and claim side
 -- by side (harvest_claim_lone). Bulk steps (harvest_claim_bulk_fair,
 -- harvest_claim_bulk) take runs of rows at once where that gives the same
--- result; every other step is the single claim. When the batch stops early
+-- result; every other step is the single claim. The single claim takes
+-- the rows pinned to its worker before any other, and the bulk steps know
+-- nothing of pins: so while a due row pinned to p_worker is pending the
+-- batch takes single steps, and once none is left it goes on in bulk (a
+-- pinned row another claimer holds keeps it on single steps, which skip
+-- that row as the single claim does). When the batch stops early
 -- with refusals, a last row with outcome 'refused' carries them; a lone
 -- batch that finds, once it holds the lock, that the queue no longer has a
 -- single key returns one row with outcome 'again' and nothing else, and
@@ -29,6 +34,7 @@ DECLARE
     v_left integer := p_n;
     v_got  integer;
     v_bulk boolean;
+    v_due_cut timestamptz := CASE WHEN p_now IS NULL THEN 'infinity'::timestamptz ELSE p_now END;
     v_took boolean := false;
     v_lone text;
     r_mode record;
@@ -43,7 +49,9 @@ BEGIN
     -- The lone case: a batch in a transaction of its own (in a caller's
     -- transaction the shared lock would outlive the statement, and a later
     -- claim of that transaction could not take the exclusive one), no
-    -- ageing and no row pinned to this worker, as for any bulk step, and
+    -- ageing and no row pinned to this worker (those take single steps,
+    -- which need the exclusive lock; the rest of such a batch goes in bulk
+    -- steps under it), and
     -- harvest_queue_lone both before the lock and under it (a key folded in
     -- by an exclusive claim that held the lock meanwhile ends it).
     -- A queue with a fairness mode on (two-level, or charged by runtime)
@@ -92,14 +100,17 @@ BEGIN
     v_two := r_mode.two_level;
     v_runtime := r_mode.runtime;
     -- The fair bulk step knows the runtime charge, not the two levels.
-    v_bulk := p_aging = 0 AND NOT (p_fair AND v_two)
-        AND NOT (p_worker <> '' AND EXISTS (
-            SELECT 1 FROM tasks x
-            WHERE x.queue = p_queue AND x.state = 'pending' AND x.sticky_worker = p_worker
-              AND x.sticky_until > coalesce(p_now, now())));
+    v_bulk := p_aging = 0 AND NOT (p_fair AND v_two);
     WHILE v_left > 0 LOOP
-        -- One row is cheaper by the single claim than by a bulk plan.
-        IF v_bulk AND v_left > 1 THEN
+        -- One row is cheaper by the single claim than by a bulk plan. A
+        -- bulk step only where the single claim would not take a pinned
+        -- row first: none pending for this worker, due, its pin running
+        -- (harvest_pick_sticky's terms; one probe of the partial index,
+        -- before every bulk step, since a start may commit one meanwhile).
+        IF v_bulk AND v_left > 1 AND NOT (p_worker <> '' AND EXISTS (
+                SELECT 1 FROM tasks x
+                WHERE x.queue = p_queue AND x.state = 'pending' AND x.sticky_worker = p_worker
+                  AND x.sticky_until > coalesce(p_now, now()) AND x.due_at <= v_due_cut)) THEN
             v_got := 0;
             IF p_fair THEN
                 FOR r_out IN SELECT * FROM harvest_claim_bulk_fair(p_queue, p_worker, p_now, p_lease, v_left, v_runtime) LOOP

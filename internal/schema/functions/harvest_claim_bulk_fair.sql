@@ -22,11 +22,15 @@
 --      No other key can take one of the next p_n claims: the first claims
 --      of these p_n keys all come before its first;
 --   2. reads some rows of each candidate from its head (a share of p_n by
---      weight, more when that was too few), and merges their tags;
+--      weight, more when that was too few) among its rows of the top
+--      priority, in the key's order, and merges their tags;
 --   3. keeps the plan up to the first claim that could differ from the
---      single claims: one at or after the next tag of a key whose further
---      rows were not read, or a row with a quota key (its rechecks are the
---      single claim's);
+--      single claims: one at or after the next tag of a key read to its
+--      share (it may have more rows), or a row with a quota key (its
+--      rechecks are the single claim's). A key read short has no other
+--      row of the top priority, so its next claim comes after all of them
+--      and ends nothing; the caller's next bulk step takes the next
+--      priority;
 --   4. locks the rows of the plan (waiting, as the single fair claim does;
 --      a row that left the pending state or moved meanwhile ends the plan
 --      before it), leases them, and writes each key's charges and new head
@@ -116,20 +120,35 @@ BEGIN
                        OVER (PARTITION BY c.key ORDER BY x.o ROWS UNBOUNDED PRECEDING) AS tag,
                    count(*) OVER (PARTITION BY c.key) AS got
             FROM c CROSS JOIN LATERAL (
+                -- The key's rows of the top priority in its order: the
+                -- head's band from the head on, then, when the head is a
+                -- continuation, the other band from its start (the key's
+                -- index cannot seek past the head across bands in one go).
                 SELECT z.id, z.continuation, z.due_at, z.quota_key,
-                       row_number() OVER (ORDER BY z.priority DESC, z.continuation DESC, z.due_at, z.id) AS o
-                FROM (SELECT y.id, y.priority, y.continuation, y.due_at, y.quota_key FROM tasks y
-                      WHERE y.queue = p_queue AND y.fairness_key = c.key AND y.state = 'pending'
-                        AND y.priority = v_prio AND y.continuation = c.hc AND (y.due_at, y.id) >= (c.hd, c.hi)
-                        AND y.due_at <= v_due_cut
-                      ORDER BY y.priority DESC, y.continuation DESC, y.due_at, y.id
+                       row_number() OVER (ORDER BY z.continuation DESC, z.due_at, z.id) AS o
+                FROM ((SELECT y.id, y.continuation, y.due_at, y.quota_key FROM tasks y
+                       WHERE y.queue = p_queue AND y.fairness_key = c.key AND y.state = 'pending'
+                         AND y.priority = v_prio AND y.continuation = c.hc AND (y.due_at, y.id) >= (c.hd, c.hi)
+                         AND y.due_at <= v_due_cut
+                       ORDER BY y.priority DESC, y.continuation DESC, y.due_at, y.id
+                       LIMIT c.cnt)
+                      UNION ALL
+                      (SELECT y.id, y.continuation, y.due_at, y.quota_key FROM tasks y
+                       WHERE c.hc AND y.queue = p_queue AND y.fairness_key = c.key AND y.state = 'pending'
+                         AND y.priority = v_prio AND NOT y.continuation
+                         AND y.due_at <= v_due_cut
+                       ORDER BY y.priority DESC, y.continuation DESC, y.due_at, y.id
+                       LIMIT c.cnt)
+                      ORDER BY 2 DESC, 3, 1
                       LIMIT c.cnt) z) x
         ), cut AS (
             -- The first claim whose row was not read: each key's next tag
-            -- after its last row read (keys read to their count may have
-            -- more; keys that ran out may have rows in another band), or
-            -- the tag of a key of which no row was read (a stale head).
-            SELECT least((SELECT min(r.tag + r.inc) FROM rows r WHERE r.o = r.got),
+            -- after its last row read, when it was read to its count (it
+            -- may have more rows), or the tag of a key of which no row was
+            -- read (a stale head). A key read short has no other pending
+            -- row of the top priority: its next claim, if any, comes after
+            -- every claim of that priority, so it cuts nothing.
+            SELECT least((SELECT min(r.tag + r.inc) FROM rows r WHERE r.o = r.got AND r.got = r.cnt),
                          (SELECT min(c.t) FROM c WHERE NOT EXISTS (SELECT 1 FROM rows r WHERE r.key = c.key))) AS tag
         ), ordered AS (
             SELECT r.*, row_number() OVER (ORDER BY r.tag, r.continuation DESC, r.due_at, r.id) AS seq

@@ -1,0 +1,93 @@
+package claim_test
+
+import (
+	"testing"
+
+	"github.com/harvest-run/harvest/pkg/claim"
+)
+
+// BenchmarkClaimBatchMix times fair batches of 50 over the mix a worker
+// meets under the soak: a backlog of 20,000 normal rows (one key with half
+// of them, 100 light keys), and before each batch two rows of a higher
+// priority, two continuations pinned to the claiming worker and two
+// continuations pinned to no one, on light keys, inserted with the timer
+// stopped. It reports the single steps and the bulk steps each batch took
+// (steps/op, bulk/op, from pg_stat_user_functions), which say whether the
+// batch stayed on the bulk path.
+func BenchmarkClaimBatchMix(b *testing.B) {
+	tb := setup(b)
+	tb.exec(`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`)
+	tb.exec(`INSERT INTO runs (tenant, id, name, queue, request_hash)
+		SELECT 't1', g::text, 'wf', 'q', '\x00' FROM generate_series(1, 20000) g`)
+	tb.exec(`INSERT INTO tasks (run_pk, queue, fairness_key, due_at)
+		SELECT r.pk, 'q', CASE WHEN r.pk % 2 = 0 THEN 'light-' || (r.pk / 2) % 100 ELSE 'heavy' END,
+		       timestamptz '2026-01-01 00:00:00+00' + r.pk * interval '1 millisecond'
+		FROM runs r`)
+	tb.exec(`ALTER TABLE tasks ENABLE TRIGGER tasks_arrive_insert`)
+	tb.exec(`SELECT harvest_fair_repair('q')`)
+	tb.exec(`VACUUM ANALYZE tasks`)
+	tb.exec(`VACUUM ANALYZE runs`)
+	conn, err := tb.db.Acquire(tb.ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(tb.ctx, `SET track_functions = 'pl'`); err != nil {
+		b.Fatal(err)
+	}
+	calls := func(fn string) float64 {
+		var n float64
+		if err := conn.QueryRow(tb.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+			WHERE funcname = $1`, fn).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		return n
+	}
+	if _, err := conn.Exec(tb.ctx, `SELECT pg_stat_reset()`); err != nil {
+		b.Fatal(err)
+	}
+	// The mix of one batch, each row in a run of its own: 1 and 2 of
+	// priority 1, 3 and 4 continuations pinned to the worker, 5 and 6
+	// continuations pinned to no one.
+	mix := func(i int) {
+		tb.exec(`WITH r AS (
+				INSERT INTO runs (tenant, id, name, queue, request_hash)
+				SELECT 't1', 'mix-' || $1::bigint || '-' || g, 'wf', 'q', '\x00' FROM generate_series(1, 6) g
+				RETURNING pk, id)
+			INSERT INTO tasks (run_pk, queue, fairness_key, priority, continuation, sticky_worker, sticky_until, due_at)
+			SELECT r.pk, 'q', 'light-' || ((r.pk * 7) % 100),
+			       CASE WHEN right(r.id, 1) IN ('1', '2') THEN 1 ELSE 0 END,
+			       right(r.id, 1) IN ('3', '4', '5', '6'),
+			       CASE WHEN right(r.id, 1) IN ('3', '4') THEN 'w' END,
+			       CASE WHEN right(r.id, 1) IN ('3', '4') THEN now() + interval '1 hour' END,
+			       now() - interval '1 second'
+			FROM r`, int64(i))
+	}
+	req := claim.Request{Queue: "q", Worker: "w", Fair: true}
+	i := 0
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		i++
+		mix(i)
+		b.StartTimer()
+		rs, err := claim.ClaimBatch(tb.ctx, conn, req, 50)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(rs) < 50 {
+			b.StopTimer()
+			tb.exec(`UPDATE tasks SET state = 'pending', priority = 0, continuation = false,
+				sticky_worker = NULL, sticky_until = NULL WHERE state = 'running'`)
+			b.StartTimer()
+		}
+	}
+	b.StopTimer()
+	if _, err := conn.Exec(tb.ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		b.Fatal(err)
+	}
+	if i > 0 {
+		b.ReportMetric(calls("harvest_claim_step")/float64(i), "steps/op")
+		b.ReportMetric((calls("harvest_claim_bulk_fair")+calls("harvest_claim_lone"))/float64(i), "bulk/op")
+	}
+}
