@@ -120,7 +120,9 @@ func (e *env) moreAcked(n int) {
 }
 
 // finish stops the load, drains the fleet and checks the invariants.
-func (e *env) finish() soak.Report {
+// A violation that starts with one of allowed is logged, not failed: the
+// caller says in a comment why its fault makes it expected.
+func (e *env) finish(allowed ...string) soak.Report {
 	e.t.Helper()
 	e.load.Stop()
 	sent, acked, retries, giveups := e.load.Stats()
@@ -135,7 +137,19 @@ func (e *env) finish() soak.Report {
 	}
 	rep := e.f.Check(e.ctx, e.load.Acked(), e.load.Problems())
 	e.t.Logf("report:\n%s", rep)
-	require.True(e.t, rep.OK(), "invariants broken:\n%s", strings.Join(rep.Violations, "\n"))
+	var broken []string
+	for _, v := range rep.Violations {
+		expected := false
+		for _, a := range allowed {
+			expected = expected || strings.HasPrefix(v, a)
+		}
+		if expected {
+			e.t.Logf("expected under this fault: %s", v)
+			continue
+		}
+		broken = append(broken, v)
+	}
+	require.Empty(e.t, broken, "invariants broken:\n%s", strings.Join(broken, "\n"))
 	require.Positive(e.t, rep.Acked)
 	return rep
 }

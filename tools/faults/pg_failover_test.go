@@ -471,7 +471,12 @@ func TestShardFailoverSynchronous(t *testing.T) {
 	e.moreAcked(60)
 	noRestart(t, e.f)
 	require.Empty(t, e.load.ServerErrors(), "starts answered 5xx other than 503")
-	rep := e.finish()
+	// A fair claim frees the queue's lock at its commit, before its WAL
+	// reaches the standby (docs/claim.md), and hands its task out only
+	// once it has. The clock sampler may read the charge of a claim that
+	// was never handed out and died with the primary: the clock of the new
+	// primary is then behind that sample. No acknowledged claim is lost.
+	rep := e.finish("fairness clock:")
 	late := 0
 	for _, a := range e.load.Acked() {
 		if seqOf(a.ID) > sentBefore {
