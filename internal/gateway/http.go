@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -441,7 +442,11 @@ func (g *Gateway) httpList(w http.ResponseWriter, r *http.Request, p auth.Princi
 				writeError(w, api.Invalid("status", "%v", err))
 				return
 			}
-			lp.Statuses = append(lp.Statuses, st)
+			// Each status once: a query repeating one a million times
+			// would otherwise become a parameter array as long.
+			if !slices.Contains(lp.Statuses, st) {
+				lp.Statuses = append(lp.Statuses, st)
+			}
 		}
 	}
 	if s := q.Get("limit"); s != "" {
