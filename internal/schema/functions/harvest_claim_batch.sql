@@ -61,10 +61,8 @@ BEGIN
     IF p_fair THEN
         SELECT m.two_level, m.runtime INTO v_two, v_runtime FROM harvest_fair_mode(p_queue) m;
     END IF;
-    IF p_fair AND NOT (v_two OR v_runtime) AND p_release_early AND p_aging = 0 AND p_n > 1 AND NOT (p_worker <> '' AND EXISTS (
-            SELECT 1 FROM tasks x
-            WHERE x.queue = p_queue AND x.state = 'pending' AND x.sticky_worker = p_worker
-              AND x.sticky_until > coalesce(p_now, now()))) THEN
+    IF p_fair AND NOT (v_two OR v_runtime) AND p_release_early AND p_aging = 0 AND p_n > 1
+       AND NOT harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut) THEN
         v_lone := harvest_queue_lone(p_queue, coalesce(p_now, now()));
     END IF;
     IF v_lone IS NOT NULL THEN
@@ -105,12 +103,10 @@ BEGIN
         -- One row is cheaper by the single claim than by a bulk plan. A
         -- bulk step only where the single claim would not take a pinned
         -- row first: none pending for this worker, due, its pin running
-        -- (harvest_pick_sticky's terms; one probe of the partial index,
-        -- before every bulk step, since a start may commit one meanwhile).
-        IF v_bulk AND v_left > 1 AND NOT (p_worker <> '' AND EXISTS (
-                SELECT 1 FROM tasks x
-                WHERE x.queue = p_queue AND x.state = 'pending' AND x.sticky_worker = p_worker
-                  AND x.sticky_until > coalesce(p_now, now()) AND x.due_at <= v_due_cut)) THEN
+        -- (one probe of the partial index before every bulk step, since a
+        -- start may commit a pinned row meanwhile).
+        IF v_bulk AND v_left > 1
+           AND NOT harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut) THEN
             v_got := 0;
             IF p_fair THEN
                 FOR r_out IN SELECT * FROM harvest_claim_bulk_fair(p_queue, p_worker, p_now, p_lease, v_left, v_runtime) LOOP

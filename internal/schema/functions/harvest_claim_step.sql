@@ -101,11 +101,9 @@ BEGIN
         IF p_task_id IS NOT NULL THEN
             r_task := harvest_pick_named(p_queue, p_task_id, v_due_cut);
         ELSE
-            -- The probe of the partial index is cheaper than the call,
-            -- and a worker almost never has a pinned row waiting.
-            IF p_worker <> '' AND EXISTS (SELECT 1 FROM tasks x
-                                          WHERE x.queue = p_queue AND x.state = 'pending'
-                                            AND x.sticky_worker = p_worker AND x.sticky_until > v_now) THEN
+            -- The probe is cheaper than the call, and a worker almost
+            -- never has a pinned row waiting.
+            IF harvest_pinned_waiting(p_queue, p_worker, v_now, v_due_cut) THEN
                 r_task := harvest_pick_sticky(p_queue, p_worker, p_fair, p_aging, v_now, v_due_cut, v_excl,
                                               v_two, v_clock, v_gclock);
             END IF;
