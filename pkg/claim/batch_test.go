@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
@@ -189,7 +190,7 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 			WHERE funcname = 'harvest_claim_bulk_fair'`).Scan(&calls))
 		return calls
 	}
-	var pinnedThenBulk int
+	var pinnedThenBulk, refusedInBatch int
 
 	rapid.Check(t, func(rt *rapid.T) {
 		for _, b := range []*bundle{single, batch} {
@@ -224,8 +225,11 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 					r.prio = 1
 				}
 				r.cont = rapid.IntRange(0, 9).Draw(rt, "cont") == 0
-				if rapid.IntRange(0, 19).Draw(rt, "quota") == 0 {
+				switch rapid.IntRange(0, 9).Draw(rt, "quota") {
+				case 0:
 					r.quota = "x"
+				case 1:
+					r.quota = "y"
 				}
 				// Rows pinned to the claiming worker (the batch takes them
 				// by single steps, then goes on in bulk), to another
@@ -235,6 +239,26 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 					r.pinUntil = req.Now.Add(time.Duration(rapid.IntRange(-2, 8).Draw(rt, "pin for")) * time.Minute)
 				}
 				rows = append(rows, r)
+			}
+		}
+		// Quotas on the quota keys, or none: the bulk step applies their
+		// rechecks as the single claims would.
+		for _, qk := range []string{"x", "y"} {
+			var capArg, rate, burst any
+			switch rapid.IntRange(0, 3).Draw(rt, "quota kind") {
+			case 0:
+				continue
+			case 1:
+				capArg = rapid.IntRange(1, 4).Draw(rt, "cap")
+			case 2:
+				rate, burst = 0.5, float64(rapid.IntRange(1, 4).Draw(rt, "burst"))
+			case 3:
+				capArg = rapid.IntRange(1, 4).Draw(rt, "cap")
+				rate, burst = 1.0, float64(rapid.IntRange(1, 4).Draw(rt, "burst"))
+			}
+			for _, b := range []*bundle{single, batch} {
+				b.exec(`INSERT INTO quotas (queue, quota_key, max_concurrent, rate, burst) VALUES ('q', $1, $2, $3, $4)`,
+					qk, capArg, rate, burst)
 			}
 		}
 		// Insert in a shuffled order, so ids do not follow keys.
@@ -278,7 +302,24 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 			require.Equal(rt, want[i].Task.ID, got[i].Task.ID, "result %d", i)
 			require.Equal(rt, want[i].Lag, got[i].Lag, "lag of result %d", i)
 			require.Equal(rt, want[i].Empty, got[i].Empty, "result %d", i)
+			require.Equal(rt, want[i].Refused, got[i].Refused, "refusals of result %d", i)
+			if len(got[i].Refused) > 0 {
+				refusedInBatch++
+			}
 		}
+		var wb, gb []string
+		for _, b := range []*bundle{single, batch} {
+			rows, err := b.db.Query(b.ctx, `SELECT quota_key || ':' || tokens || '@' || updated_at FROM rate_buckets ORDER BY quota_key`)
+			require.NoError(rt, err)
+			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(rt, err)
+			if b == single {
+				wb = got
+			} else {
+				gb = got
+			}
+		}
+		require.Equal(rt, wb, gb, "rate buckets")
 		ws, err := claim.FairState(single.ctx, single.db)
 		require.NoError(rt, err)
 		gs, err := claim.FairState(batch.ctx, batch.db)
@@ -288,7 +329,8 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 		require.Equal(rt, single.summaries(), batch.summaries())
 	})
 	calls := bulkCalls(t)
-	t.Logf("bulk plans: %d; batches that began with pinned rows and went on in bulk: %d", calls, pinnedThenBulk)
+	t.Logf("bulk plans: %d; batches that began with pinned rows and went on in bulk: %d; batch results with refusals: %d",
+		calls, pinnedThenBulk, refusedInBatch)
 	require.Positive(t, calls, "no batch was planned in bulk")
 	require.Positive(t, pinnedThenBulk, "no batch went on in bulk after its pinned rows")
 }

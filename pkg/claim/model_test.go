@@ -121,6 +121,51 @@ func (mm *modelMachine) insertTask(t *rapid.T, pinned bool) {
 	mm.m.Insert(task)
 }
 
+// insertBacklog adds a key's head with a quota key and rows behind it in
+// the same key with no quota key or the other one: the shape in which a
+// fair claim that refuses the head must not read past it into the key's
+// backlog.
+func (mm *modelMachine) insertBacklog(t *rapid.T) {
+	queue := rapid.SampledFrom(mQueues).Draw(t, "queue")
+	key := rapid.SampledFrom(mKeys).Draw(t, "key")
+	qk := rapid.SampledFrom(mQuotaKeys[1:]).Draw(t, "quota")
+	prio := rapid.IntRange(0, 2).Draw(t, "prio")
+	due := mm.now.Add(mm.ms(t, "due", -3000, 0).Truncate(250 * time.Millisecond))
+	rows := []fairkeys.Task{{Queue: queue, Key: key, QuotaKey: qk, Priority: prio, DueAt: due}}
+	for i := range rapid.IntRange(1, 3).Draw(t, "behind") {
+		behind := rapid.SampledFrom([]string{"", "x", "y"}).Draw(t, "behindQuota")
+		rows = append(rows, fairkeys.Task{Queue: queue, Key: key, QuotaKey: behind,
+			Priority: prio - rapid.IntRange(0, 1).Draw(t, "lower"),
+			DueAt:    due.Add(time.Duration(i+1) * 250 * time.Millisecond)})
+	}
+	for _, task := range rows {
+		task.ID = mm.b.task(taskOpts{RunPK: mm.run, Queue: task.Queue, Key: task.Key, QuotaKey: task.QuotaKey,
+			Priority: task.Priority, DueAt: task.DueAt, Now: mm.now})
+		mm.maxID = max(mm.maxID, task.ID)
+		mm.m.Insert(task)
+	}
+}
+
+// heldBacklog counts the refusals of a fair claim whose key still has a
+// due pending row of no quota key or another one: a backlog the claim did
+// not read past (the model and the SQL agreed on the result before this is
+// counted).
+func (mm *modelMachine) heldBacklog(t *rapid.T, req fairkeys.ClaimRequest, refused []fairkeys.Refusal) {
+	if !req.Fair {
+		return
+	}
+	for _, r := range refused {
+		var held bool
+		require.NoError(t, mm.b.db.QueryRow(mm.b.ctx, `SELECT EXISTS (
+			SELECT 1 FROM tasks h JOIN tasks y ON y.queue = h.queue AND y.fairness_key = h.fairness_key
+			WHERE h.id = $1 AND y.id <> h.id AND y.state = 'pending' AND y.quota_key <> h.quota_key
+			  AND y.due_at <= $2)`, r.TaskID, req.Now).Scan(&held))
+		if held {
+			mm.stats.heldBacklog++
+		}
+	}
+}
+
 func (mm *modelMachine) compare(t *rapid.T, what string, want fairkeys.ClaimResult, got claim.Result) {
 	if got.OK {
 		mm.tokens[got.Task.ID] = got.Task.LeaseToken
@@ -170,6 +215,7 @@ func (mm *modelMachine) batch(t *rapid.T, req fairkeys.ClaimRequest, n int) {
 	}
 	for i := range want {
 		mm.compare(t, fmt.Sprintf("claim batch %d/%d %+v", i+1, n, req), want[i], got[i])
+		mm.heldBacklog(t, req, want[i].Refused)
 		if i > 0 && pinned(want[i-1]) && want[i].OK && !pinned(want[i]) {
 			mm.stats.pinnedFirst++
 		}
@@ -198,7 +244,9 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 			req := mm.request(t)
 			got, err := claim.Claim(b.ctx, b.db, sqlRequest(req))
 			require.NoError(t, err)
-			mm.compare(t, fmt.Sprintf("claim %+v", req), mm.m.Claim(req), got)
+			want := mm.m.Claim(req)
+			mm.compare(t, fmt.Sprintf("claim %+v", req), want, got)
+			mm.heldBacklog(t, req, want.Refused)
 		},
 		"claimByID": func(t *rapid.T) {
 			if mm.maxID == 0 {
@@ -213,7 +261,8 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 		"claimBatch": func(t *rapid.T) {
 			mm.batch(t, mm.request(t), rapid.IntRange(1, 6).Draw(t, "n"))
 		},
-		"insertPinned": mm.insertPinned,
+		"insertPinned":  mm.insertPinned,
+		"insertBacklog": mm.insertBacklog,
 		"claimBatchPinned": func(t *rapid.T) {
 			// A named worker and no ageing: the batches that may take
 			// pinned rows first and then bulk steps.
@@ -423,7 +472,9 @@ func (mm *modelMachine) actions() map[string]func(*rapid.T) {
 // cases.
 // pinnedFirst counts batches that took rows pinned to their worker and then
 // other rows.
-type modelStats struct{ ok, refused, lagged, pruned, held, pinnedFirst int }
+// heldBacklog counts fair refusals whose key kept a backlog of rows of no
+// quota key or another one (see modelMachine.heldBacklog).
+type modelStats struct{ ok, refused, lagged, pruned, held, pinnedFirst, heldBacklog int }
 
 // rapidSteps sets rapid's steps per check to 80 unless the command line
 // chose a number, once for the package: the model tests run in parallel,
@@ -463,9 +514,10 @@ func TestSQLFollowsModel(t *testing.T) {
 		acts["set quota again"] = acts["setQuota"]
 		acts["insert pinned more"] = acts["insertPinned"]
 		acts["claim batch pinned again"] = acts["claimBatchPinned"]
+		acts["insert backlog more"] = acts["insertBacklog"]
 		rt.Repeat(acts)
 	})
 	t.Logf("claims taken %d, refusals %d, claims with lag > 0 %d, state rows pruned %d, attempts settled by runtime %d, "+
-		"batches that took pinned rows and then others %d",
-		stats.ok, stats.refused, stats.lagged, stats.pruned, stats.held, stats.pinnedFirst)
+		"batches that took pinned rows and then others %d, fair refusals that held a key's backlog %d",
+		stats.ok, stats.refused, stats.lagged, stats.pruned, stats.held, stats.pinnedFirst, stats.heldBacklog)
 }

@@ -408,9 +408,24 @@ func (m *Model) Running(queue, quotaKey string) int {
 }
 
 // Claim runs one claim: the first due pending row of the queue in claim
-// order (rows of quota keys refused during this claim left out) goes
-// through the rechecks, and an accepted row is leased and, for a fair
-// request, charged to its key.
+// order goes through the rechecks of its quota key, and an accepted row is
+// leased and, for a fair request, charged to its key. A refused row stays
+// pending and charges nothing; the claim then picks again, up to
+// MaxRefusalsPerClaim refusals, and what it leaves out after a refusal
+// depends on its kind:
+//
+//   - A fair claim leaves out the refused row's whole fairness key, and
+//     every other key whose head carries a quota key already refused in
+//     this claim (without a recheck and without a Refusal of its own: its
+//     head would be refused the same way). A key's head is its best row for
+//     this claim in the key's own order: rows pinned to the worker first,
+//     then (effective) priority, band, due time and id; a fair claim only
+//     ever takes a key's head. Taking a later row of such a key would read
+//     past its blocked backlog: the row would run before rows its own key
+//     put first, merely because a quota holds those back.
+//   - An ordinary claim knows no keys: it leaves out the rows of the
+//     refused quota key, so one exhausted quota cannot eat the refusal
+//     budget while other rows wait.
 func (m *Model) Claim(req ClaimRequest) ClaimResult {
 	if req.Fair {
 		m.foldHeld(req.Queue)
@@ -444,9 +459,9 @@ func (m *Model) Claim(req ClaimRequest) ClaimResult {
 			return ClaimResult{Empty: EmptyNoTask}
 		}
 		if reason := m.recheck(best.t, req.Now); reason != "" {
-			// The row goes back untouched. Skipping its whole quota key,
-			// not just the row, stops one exhausted quota from eating the
-			// refusal budget while other keys have work.
+			// The row goes back untouched. For a fair claim it was its
+			// key's head, and the head carries the quota key now skipped,
+			// so pick leaves the whole key out.
 			refused = append(refused, Refusal{TaskID: best.t.ID, QuotaKey: best.t.QuotaKey, Reason: reason})
 			skip[best.t.QuotaKey] = true
 			if len(refused) >= MaxRefusalsPerClaim {
@@ -523,25 +538,52 @@ func (m *Model) sortKeyOf(t *Task, req ClaimRequest, lagOf func(string) float64)
 }
 
 // pick returns the first due pending row of the queue in claim order,
-// leaving out rows whose quota key was refused earlier in this claim.
+// leaving out what refusals earlier in this claim excluded (skip: the
+// quota keys refused; see Claim): for an ordinary claim the rows of those
+// quota keys; for a fair claim every key whose head carries one of them,
+// the keys whose head was refused among them (nothing is taken or charged
+// within a claim before its pick, so a key's head stays the same).
 func (m *Model) pick(req ClaimRequest, skip map[string]bool, lagOf func(string) float64) *taskRow {
+	type cand struct {
+		r *taskRow
+		k sortKey
+	}
 	var (
-		best    *taskRow
-		bestKey sortKey
+		best  cand
+		heads map[string]cand // fair: each key's head
 	)
+	if req.Fair {
+		heads = map[string]cand{}
+	}
 	for _, r := range m.pending[req.Queue] {
 		if r.t.DueAt.After(req.Now) {
+			continue
+		}
+		c := cand{r, m.sortKeyOf(&r.t, req, lagOf)}
+		if req.Fair {
+			// Within a key the lags are equal, so the claim order is the
+			// key's own order.
+			if h, ok := heads[r.t.Key]; !ok || c.k.less(&h.k) {
+				heads[r.t.Key] = c
+			}
 			continue
 		}
 		if r.t.QuotaKey != "" && skip[r.t.QuotaKey] {
 			continue
 		}
-		k := m.sortKeyOf(&r.t, req, lagOf)
-		if best == nil || k.less(&bestKey) {
-			best, bestKey = r, k
+		if best.r == nil || c.k.less(&best.k) {
+			best = c
 		}
 	}
-	return best
+	for _, h := range heads {
+		if h.r.t.QuotaKey != "" && skip[h.r.t.QuotaKey] {
+			continue
+		}
+		if best.r == nil || h.k.less(&best.k) {
+			best = h
+		}
+	}
+	return best.r
 }
 
 // recheck applies the quota of the row's (queue, quota key): first the

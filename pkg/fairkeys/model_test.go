@@ -242,7 +242,10 @@ func TestCancelLeavesChargesAlone(t *testing.T) {
 	require.Equal(t, 1, m.Running("q", "z"))
 }
 
-func TestRecheckConcurrencyCapSkipsTheWholeQuotaKey(t *testing.T) {
+// A fair claim whose pick of a key's head is refused leaves that key out:
+// the key's later rows wait behind its head, whatever their quota keys.
+// Other keys still get the claim, so the capped quota does not starve them.
+func TestRecheckRefusedHeadSkipsItsKey(t *testing.T) {
 	t.Parallel()
 	m := NewModel()
 	m.SetQuota("q", "capped", Quota{MaxConcurrent: 1})
@@ -251,26 +254,91 @@ func TestRecheckConcurrencyCapSkipsTheWholeQuotaKey(t *testing.T) {
 		tk.QuotaKey = "capped"
 		m.Insert(tk)
 	}
-	other := task(9, "a", 50)
-	other.QuotaKey = "free"
+	// Later rows of key a: one without a quota key, one of another quota.
+	m.Insert(task(7, "a", 40))
+	free := task(8, "a", 45)
+	free.QuotaKey = "free"
+	m.Insert(free)
+	other := task(9, "b", 50)
+	other.Priority = -1 // after key a's head
 	m.Insert(other)
 
 	require.Equal(t, int64(1), claimedID(t, m.Claim(fair(at(60)))))
 	before, _ := m.State("q", "a")
 	r := m.Claim(fair(at(61)))
-	require.Equal(t, int64(9), claimedID(t, r), "the capped key does not starve the other")
+	require.Equal(t, int64(9), claimedID(t, r), "the capped head does not starve key b")
 	require.Equal(t, []Refusal{{TaskID: 2, QuotaKey: "capped", Reason: ReasonConcurrencyCap}}, r.Refused)
 	require.Equal(t, TaskPending, m.TaskState(2))
 	after, _ := m.State("q", "a")
-	require.Equal(t, before.Pass+1, after.Pass, "only the accepted row was charged")
+	require.Equal(t, before, after, "a refusal charges nothing")
 
 	r = m.Claim(fair(at(62)))
-	require.False(t, r.OK)
+	require.False(t, r.OK, "rows 7 and 8 wait behind their key's refused head")
 	require.Equal(t, EmptyRefused, r.Empty)
-	require.Len(t, r.Refused, 1)
+	require.Equal(t, []Refusal{{TaskID: 2, QuotaKey: "capped", Reason: ReasonConcurrencyCap}}, r.Refused)
+	require.Equal(t, TaskPending, m.TaskState(7))
+	require.Equal(t, TaskPending, m.TaskState(8))
 
 	m.Complete(1)
 	require.Equal(t, int64(2), claimedID(t, m.Claim(fair(at(63)))))
+}
+
+// A key whose head carries a quota key refused earlier in the same fair
+// claim is left out without a recheck of its own: its head would be
+// refused the same way, and its later rows wait behind it.
+func TestRecheckRefusedQuotaKeySkipsOtherKeysHeads(t *testing.T) {
+	t.Parallel()
+	m := NewModel()
+	m.SetQuota("q", "capped", Quota{MaxConcurrent: 1})
+	run := task(1, "z", 0)
+	run.QuotaKey = "capped"
+	m.Insert(run)
+	claimedID(t, m.ClaimByID(1, fair(at(1))))
+	for i, key := range []string{"a", "b"} {
+		head := task(int64(10+i), key, i)
+		head.QuotaKey = "capped"
+		m.Insert(head)
+		m.Insert(task(int64(20+i), key, 10+i)) // no quota, behind its head
+	}
+	m.Insert(task(30, "c", 30))
+
+	r := m.Claim(fair(at(60)))
+	require.Equal(t, int64(30), claimedID(t, r))
+	require.Equal(t, []Refusal{{TaskID: 10, QuotaKey: "capped", Reason: ReasonConcurrencyCap}}, r.Refused,
+		"key b's head is left out without a second refusal")
+
+	// A row pinned to the worker is its key's head for that worker's claims.
+	pinned := task(40, "d", 50)
+	pinned.QuotaKey = "capped"
+	pinned.StickyWorker, pinned.StickyUntil = "w1", at(1000)
+	m.Insert(pinned)
+	m.Insert(task(41, "d", 0))
+	r = m.Claim(fair(at(61)))
+	require.False(t, r.OK, "key d waits behind the pinned head refused first")
+	require.Equal(t, []Refusal{{TaskID: 40, QuotaKey: "capped", Reason: ReasonConcurrencyCap}}, r.Refused)
+	other := fair(at(61))
+	other.Worker = "w2"
+	r = m.Claim(other)
+	require.Equal(t, int64(41), claimedID(t, r), "for another worker row 41 is key d's head")
+	require.Equal(t, []Refusal{{TaskID: 10, QuotaKey: "capped", Reason: ReasonConcurrencyCap}}, r.Refused)
+}
+
+// An ordinary claim knows no keys: a refusal leaves out the rows of its
+// quota key only, and the claim reads on past them.
+func TestRecheckOrdinarySkipsTheQuotaKey(t *testing.T) {
+	t.Parallel()
+	m := NewModel()
+	m.SetQuota("q", "capped", Quota{MaxConcurrent: 1})
+	for i := int64(1); i <= 3; i++ {
+		tk := task(i, "a", int(i))
+		tk.QuotaKey = "capped"
+		m.Insert(tk)
+	}
+	m.Insert(task(7, "a", 40))
+	require.Equal(t, int64(1), claimedID(t, m.Claim(ordinary(at(60)))))
+	r := m.Claim(ordinary(at(61)))
+	require.Equal(t, int64(7), claimedID(t, r))
+	require.Equal(t, []Refusal{{TaskID: 2, QuotaKey: "capped", Reason: ReasonConcurrencyCap}}, r.Refused)
 }
 
 func TestRecheckRateLimit(t *testing.T) {
@@ -302,7 +370,8 @@ func TestRefusalBound(t *testing.T) {
 	t.Parallel()
 	m := NewModel()
 	// Ten quota keys each at their cap, with a pending row each that sorts
-	// ahead of one unquota'd row.
+	// ahead of one unquota'd row; each in a key of its own, since a fair
+	// claim leaves out a key whose head it refused.
 	for i := int64(0); i < 10; i++ {
 		qk := string(rune('A' + i))
 		m.SetQuota("q", qk, Quota{MaxConcurrent: 1})
@@ -310,7 +379,7 @@ func TestRefusalBound(t *testing.T) {
 		run.QuotaKey = qk
 		m.Insert(run)
 		claimedID(t, m.ClaimByID(run.ID, ordinary(at(0))))
-		wait := task(200+i, "a", int(i))
+		wait := task(200+i, "k"+qk, int(i))
 		wait.QuotaKey = qk
 		wait.Priority = 1
 		m.Insert(wait)

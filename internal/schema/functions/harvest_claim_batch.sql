@@ -5,7 +5,10 @@
 -- (harvest_queue_lone), fair batches take the lock shared and claim side
 -- by side (harvest_claim_lone). Bulk steps (harvest_claim_bulk_fair,
 -- harvest_claim_bulk) take runs of rows at once where that gives the same
--- result; every other step is the single claim. The single claim takes
+-- result (the fair one applies the quota rechecks itself, refusals
+-- included, and starts from the refusals of the claim before it: the keys
+-- of a higher priority than that claim's row all sit out); every other
+-- step is the single claim. The single claim takes
 -- the rows pinned to its worker before any other, and the bulk steps know
 -- nothing of pins: so while a due row pinned to p_worker is pending the
 -- batch takes single steps, and once none is left it goes on in bulk (a
@@ -40,6 +43,10 @@ DECLARE
     r_mode record;
     v_two     boolean := false;
     v_runtime boolean := false;
+    -- The priority of the last row taken, and the refusals of its claim,
+    -- when it had any: the next bulk step starts from them.
+    v_above   integer;
+    v_ref     jsonb;
 BEGIN
     -- A paused queue hands out nothing (queue_pauses); its shared pause
     -- lock comes before every other lock of the claim.
@@ -109,10 +116,20 @@ BEGIN
            AND NOT harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut) THEN
             v_got := 0;
             IF p_fair THEN
-                FOR r_out IN SELECT * FROM harvest_claim_bulk_fair(p_queue, p_worker, p_now, p_lease, v_left, v_runtime) LOOP
+                -- A last row 'refused': the claim after the rows taken
+                -- would have refused 8 rows; the batch ends with it.
+                FOR r_out IN SELECT * FROM harvest_claim_bulk_fair(p_queue, p_worker, p_now, p_lease, v_left, v_runtime,
+                                                                   v_above, v_ref) LOOP
+                    EXIT WHEN r_out.outcome <> 'ok';
                     v_got := v_got + 1;
                     RETURN NEXT r_out;
+                    v_above := CASE WHEN jsonb_array_length(r_out.refusals) > 0 THEN r_out.priority END;
+                    v_ref := r_out.refusals;
                 END LOOP;
+                IF r_out.outcome = 'refused' THEN
+                    v_took := v_took OR v_got > 0;
+                    EXIT;
+                END IF;
             ELSE
                 FOR r_out IN SELECT * FROM harvest_claim_bulk(p_queue, p_worker, p_now, p_lease, v_left) LOOP
                     v_got := v_got + 1;
@@ -127,6 +144,8 @@ BEGIN
         EXIT WHEN r_out.outcome <> 'ok';
         v_took := true;
         RETURN NEXT r_out;
+        v_above := CASE WHEN jsonb_array_length(r_out.refusals) > 0 THEN r_out.priority END;
+        v_ref := r_out.refusals;
         v_left := v_left - 1;
     END LOOP;
     IF r_out.outcome = 'refused' THEN

@@ -17,27 +17,37 @@
 -- follow the merge of each key's tags t, t + 1/w, t + 1/w + 1/w, ... (the
 -- running sum the single charge makes, in the same float order), ties
 -- broken by the rows (band, due time, id). The step:
+--   0. when the batch's claim before it took a row of priority p_above
+--      after refusals (p_ref), leaves out the keys whose heads are above
+--      that priority (all refused or skipped then) and starts each row's
+--      refusals with their heads;
 --   1. takes the best p_n keys of the top priority from the two key
 --      indexes (no debt: tag V; in debt: tag pass), merged by (tag, head).
 --      No other key can take one of the next p_n claims: the first claims
---      of these p_n keys all come before its first;
+--      of these p_n keys all come before its first. (Unless a refusal
+--      takes a candidate out of the plan: the tag of the best key after
+--      them is read too, and 3a stops the plan there once that happens.)
 --   2. reads some rows of each candidate from its head (a share of p_n by
 --      weight, more when that was too few) among its rows of the top
 --      priority, in the key's order, and merges their tags;
 --   3. keeps the plan up to the first claim that could differ from the
 --      single claims: one at or after the next tag of a key read to its
---      share (it may have more rows), or a row with a quota key (its
---      rechecks are the single claim's). A key read short has no other
---      row of the top priority, so its next claim comes after all of them
---      and ends nothing; the caller's next bulk step takes the next
---      priority;
+--      share (it may have more rows). A key read short has no other row
+--      of the top priority, so its next claim comes after all of them and
+--      ends nothing; the caller's next bulk step takes the next priority;
+--   3a. applies the quota rechecks to the plan in claim order, as that
+--      many single claims would (see there): a refused row takes its key
+--      out of the plan, and the refusals ride on the rows taken after
+--      them;
 --   4. locks the rows of the plan (waiting, as the single fair claim does;
 --      a row that left the pending state or moved meanwhile ends the plan
 --      before it), leases them, and writes each key's charges and new head
 --      once, the clock, and the debt marks.
 DROP FUNCTION IF EXISTS harvest_claim_bulk_fair(text, text, timestamptz, interval, integer);
+DROP FUNCTION IF EXISTS harvest_claim_bulk_fair(text, text, timestamptz, interval, integer, boolean);
 CREATE OR REPLACE FUNCTION harvest_claim_bulk_fair(p_queue text, p_worker text, p_now timestamptz,
-                                                   p_lease interval, p_n integer, p_runtime boolean)
+                                                   p_lease interval, p_n integer, p_runtime boolean,
+                                                   p_above integer DEFAULT NULL, p_ref jsonb DEFAULT NULL)
 RETURNS SETOF harvest_claimed
 LANGUAGE plpgsql
 -- The statements below are shaped for their indexes whatever the values;
@@ -76,16 +86,79 @@ DECLARE
     v_i       integer;
     v_hp      integer[];
     r_head    record;
+    -- The rechecks of the plan's quota keys (see 3a): each quota key with a
+    -- quota row, its cap, running rows, rate, tokens left, rows accepted
+    -- and, once refused, why.
+    v_qks     text[];
+    v_xt      double precision;
+    v_qk      text[] := '{}';
+    v_qcap    integer[] := '{}';
+    v_qrun    integer[] := '{}';
+    v_qrate   double precision[] := '{}';
+    v_qtok    double precision[] := '{}';
+    v_qtok0   double precision[] := '{}';
+    v_qacc    integer[] := '{}';
+    v_qwhy    text[] := '{}';
+    v_qi      integer;
+    v_tokens  double precision;
+    v_why     text;
+    v_v       double precision;
+    v_keep    integer[] := '{}';
+    v_refs    jsonb[] := '{}';
+    v_ref     jsonb;
+    v_stop    jsonb;
+    v_drop    text[] := '{}';
+    v_bid     bigint[] := '{}';
+    v_bqk     text[] := '{}';
+    v_bwhy    text[] := '{}';
+    v_btag    double precision[] := '{}';
+    v_bcont   boolean[] := '{}';
+    v_bdue    timestamptz[] := '{}';
+    v_bprio   integer[] := '{}';
+    r_quota   record;
+    r_out     harvest_claimed;
 BEGIN
+    -- 0. What the batch's claim before this step refused (p_ref), when it
+    -- took a row of priority p_above: every key whose head is of a higher
+    -- priority had its head refused then, or carries a quota key refused
+    -- then, and a quota only gets stricter within the statement; so those
+    -- keys sit out of this step, and their heads go first in every claim's
+    -- refusals (3a). A head that is not where the summary says, or whose
+    -- quota key that claim did not refuse, leaves the step to the single
+    -- claim.
+    IF p_above IS NOT NULL THEN
+        FOR r_head IN
+            SELECT f.pass, f.head_prio, h.id, h.state, h.priority, h.quota_key, h.continuation, h.due_at
+            FROM fair_state f LEFT JOIN tasks h ON h.id = f.head_id
+            WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND f.head_prio > p_above
+        LOOP
+            v_why := (SELECT e->>'reason' FROM jsonb_array_elements(p_ref) e
+                      WHERE e->>'quota_key' = r_head.quota_key LIMIT 1);
+            IF r_head.id IS NULL OR r_head.state <> 'pending' OR r_head.priority <> r_head.head_prio
+               OR r_head.due_at > v_due_cut OR v_why IS NULL THEN
+                RETURN;
+            END IF;
+            v_bid := array_append(v_bid, r_head.id);
+            v_bqk := array_append(v_bqk, r_head.quota_key);
+            v_bwhy := array_append(v_bwhy, v_why);
+            v_btag := array_append(v_btag, coalesce(r_head.pass, '-Infinity'::double precision));
+            v_bcont := array_append(v_bcont, r_head.continuation);
+            v_bdue := array_append(v_bdue, r_head.due_at);
+            v_bprio := array_append(v_bprio, r_head.priority);
+        END LOOP;
+    END IF;
+
     -- 1. The candidates.
     WITH u AS (
         (SELECT f.key, v_clock0 AS t, f.head_prio, f.head_cont, f.head_due, f.head_id FROM fair_state f
          WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND NOT f.in_debt
-         ORDER BY f.head_prio DESC, f.head_cont DESC, f.head_due, f.head_id LIMIT p_n)
+           AND (p_above IS NULL OR f.head_prio <= p_above)
+         ORDER BY f.head_prio DESC, f.head_cont DESC, f.head_due, f.head_id LIMIT p_n + 1)
         UNION ALL
         (SELECT f.key, harvest_start_tag(f.pass, v_clock0), f.head_prio, f.head_cont, f.head_due, f.head_id FROM fair_state f
          WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND f.in_debt
-         ORDER BY f.head_prio DESC, f.pass, f.head_cont DESC, f.head_due, f.head_id LIMIT p_n)
+           AND (p_above IS NULL OR f.head_prio <= p_above)
+         ORDER BY f.head_prio DESC, f.pass, f.head_cont DESC, f.head_due, f.head_id LIMIT p_n + 1)
     ), top AS (
         SELECT u.*, row_number() OVER (ORDER BY u.t, u.head_cont DESC, u.head_due, u.head_id) AS r
         FROM u WHERE u.head_prio = (SELECT max(head_prio) FROM u)
@@ -96,8 +169,9 @@ BEGIN
     )
     SELECT max(head_prio), array_agg(key ORDER BY r), array_agg(t ORDER BY r), array_agg(w ORDER BY r),
            array_agg(cost ORDER BY r), array_agg(inc ORDER BY r),
-           array_agg(head_cont ORDER BY r), array_agg(head_due ORDER BY r), array_agg(head_id ORDER BY r), sum(w / cost)
-    INTO v_prio, v_keys, v_t, v_w, v_cost, v_inc, v_hc, v_hd, v_hi, v_sumw
+           array_agg(head_cont ORDER BY r), array_agg(head_due ORDER BY r), array_agg(head_id ORDER BY r), sum(w / cost),
+           (SELECT top.t FROM top WHERE top.r = p_n + 1)
+    INTO v_prio, v_keys, v_t, v_w, v_cost, v_inc, v_hc, v_hd, v_hi, v_sumw, v_xt
     FROM ranked;
     IF v_keys IS NULL THEN
         RETURN;
@@ -145,11 +219,18 @@ BEGIN
             -- The first claim whose row was not read: each key's next tag
             -- after its last row read, when it was read to its count (it
             -- may have more rows), or the tag of a key of which no row was
-            -- read (a stale head). A key read short has no other pending
+            -- read, or whose first row read is not the head the summary
+            -- names (a stale head: a row given back with a later due time,
+            -- say). The candidates were ranked by the summary's heads, so
+            -- a stale one may have taken the place of a key with the same
+            -- tag and an earlier head; the single claim repairs the head
+            -- first. A key read short has no other pending
             -- row of the top priority: its next claim, if any, comes after
             -- every claim of that priority, so it cuts nothing.
             SELECT least((SELECT min(r.tag + r.inc) FROM rows r WHERE r.o = r.got AND r.got = r.cnt),
-                         (SELECT min(c.t) FROM c WHERE NOT EXISTS (SELECT 1 FROM rows r WHERE r.key = c.key))) AS tag
+                         (SELECT min(c.t) FROM c WHERE NOT EXISTS (SELECT 1 FROM rows r WHERE r.key = c.key)),
+                         (SELECT min(c.t) FROM c JOIN rows r ON r.key = c.key AND r.o = 1
+                          WHERE (r.id, r.continuation, r.due_at) IS DISTINCT FROM (c.hi, c.hc, c.hd))) AS tag
         ), ordered AS (
             SELECT r.*, row_number() OVER (ORDER BY r.tag, r.continuation DESC, r.due_at, r.id) AS seq
             FROM rows r
@@ -157,7 +238,6 @@ BEGIN
             SELECT o.* FROM ordered o, cut
             WHERE o.seq <= p_n
               AND (cut.tag IS NULL OR o.tag < cut.tag)
-              AND o.seq < coalesce((SELECT min(q.seq) FROM ordered q WHERE q.quota_key <> ''), p_n + 1)
         ), last AS (
             -- Each planned key's next row, when it was read: its new head.
             SELECT DISTINCT ON (p.key) p.key, n.id, n.continuation, n.due_at
@@ -169,12 +249,13 @@ BEGIN
                (SELECT array_agg(p.tag ORDER BY p.seq) FROM planned p),
                (SELECT array_agg(p.continuation ORDER BY p.seq) FROM planned p),
                (SELECT array_agg(p.due_at ORDER BY p.seq) FROM planned p),
+               (SELECT array_agg(p.quota_key ORDER BY p.seq) FROM planned p),
                (SELECT array_agg(DISTINCT r.key) FROM rows r, cut
                 WHERE r.o = r.got AND r.got = r.cnt AND r.cnt < p_n
                   AND r.tag + r.inc <= cut.tag),
                (SELECT array_agg(l.key) FROM last l), (SELECT array_agg(l.id) FROM last l),
                (SELECT array_agg(l.continuation) FROM last l), (SELECT array_agg(l.due_at) FROM last l)
-        INTO v_ids, v_pkeys, v_tags, v_conts, v_dues, v_short, v_nkeys, v_nids, v_nconts, v_ndues;
+        INTO v_ids, v_pkeys, v_tags, v_conts, v_dues, v_qks, v_short, v_nkeys, v_nids, v_nconts, v_ndues;
         v_k := coalesce(cardinality(v_ids), 0);
         EXIT WHEN v_k >= p_n OR v_short IS NULL;
         FOR v_i IN 1..cardinality(v_keys) LOOP
@@ -184,6 +265,128 @@ BEGIN
         END LOOP;
     END LOOP;
     IF v_k = 0 THEN
+        RETURN;
+    END IF;
+
+    -- 3a. The rechecks, as the single claims would make them one by one.
+    -- Every quota row of the plan is locked (in key order) before its
+    -- running rows are counted, as harvest_quota_recheck locks it. Then the
+    -- plan is walked in claim order: a row of a quota key without a quota
+    -- row goes on; else the row is accepted while the cap (running rows
+    -- and rows accepted so far) and the bucket (its level refilled to now,
+    -- less a token per row accepted so far) allow it. A refused row is its
+    -- key's head: its key leaves the plan, and so does every later key
+    -- whose head carries a quota key refused already (a single claim would
+    -- skip it without a recheck). A quota only gets stricter within the
+    -- statement (no time passes, no row of its key ends), so a refused
+    -- head stays refused, and every later single claim that reaches it
+    -- refuses it again: each row accepted reports the refusals its single
+    -- claim would, the heads left out that come before it in that claim's
+    -- order (a key's start tag never falls below the clock, so the order
+    -- is taken at the clock before the claim), the first one per quota
+    -- key; a claim that would reach 8 refusals ends the batch with them.
+    -- Once a key left the plan, the best key outside the candidates (start
+    -- tag v_xt) may come before the plan's later rows: the plan stops at
+    -- that tag.
+    IF EXISTS (SELECT 1 FROM unnest(v_qks[1:v_k]) q WHERE q <> '') THEN
+        FOR r_quota IN
+            SELECT q.quota_key, q.max_concurrent, q.rate, q.burst FROM quotas q
+            WHERE q.queue = p_queue AND q.quota_key IN (SELECT DISTINCT u FROM unnest(v_qks[1:v_k]) u WHERE u <> '')
+            ORDER BY q.quota_key
+            FOR NO KEY UPDATE
+        LOOP
+            v_qk := array_append(v_qk, r_quota.quota_key);
+            v_qcap := array_append(v_qcap, r_quota.max_concurrent);
+            v_qrun := array_append(v_qrun, CASE WHEN r_quota.max_concurrent IS NULL THEN 0 ELSE (
+                SELECT count(*)::integer FROM tasks x
+                WHERE x.queue = p_queue AND x.quota_key = r_quota.quota_key AND x.quota_key <> ''
+                  AND x.state = 'running') END);
+            v_qrate := array_append(v_qrate, r_quota.rate);
+            v_qtok := array_append(v_qtok, CASE WHEN r_quota.rate IS NULL THEN NULL ELSE coalesce((
+                SELECT least(r_quota.burst,
+                             b.tokens + r_quota.rate * harvest_secs(greatest(harvest_us(v_now, b.updated_at), 0)))
+                FROM rate_buckets b
+                WHERE b.queue = p_queue AND b.quota_key = r_quota.quota_key
+                FOR NO KEY UPDATE), r_quota.burst) END);
+            v_qacc := array_append(v_qacc, 0);
+            v_qwhy := array_append(v_qwhy, NULL::text);
+        END LOOP;
+    END IF;
+    IF cardinality(v_qk) > 0 OR cardinality(v_bid) > 0 THEN
+        v_qtok0 := v_qtok;
+        v_v := v_clock0;
+        FOR v_i IN 1..v_k LOOP
+            CONTINUE WHEN v_pkeys[v_i] = ANY (v_drop);
+            EXIT WHEN cardinality(v_drop) > 0 AND v_xt IS NOT NULL AND v_tags[v_i] >= v_xt;
+            -- The refusals of this row's single claim so far: the heads
+            -- left out that its claim order puts first.
+            v_ref := '[]';
+            IF cardinality(v_bid) > 0 THEN
+                SELECT coalesce(jsonb_agg(jsonb_build_object('task_id', b.id, 'quota_key', b.qk, 'reason', b.why)
+                                          ORDER BY b.prio DESC, b.pos, b.cont DESC, b.due, b.id), '[]')
+                INTO v_ref
+                FROM (SELECT DISTINCT ON (b0.qk) b0.*, greatest(b0.tag, v_v) AS pos
+                      FROM unnest(v_bid, v_bqk, v_bwhy, v_btag, v_bcont, v_bdue, v_bprio)
+                           AS b0(id, qk, why, tag, cont, due, prio)
+                      WHERE (-b0.prio, greatest(b0.tag, v_v), NOT b0.cont, b0.due, b0.id)
+                            < (-v_prio, v_tags[v_i], NOT v_conts[v_i], v_dues[v_i], v_ids[v_i])
+                      ORDER BY b0.qk, b0.prio DESC, greatest(b0.tag, v_v), b0.cont DESC, b0.due, b0.id) b;
+                IF jsonb_array_length(v_ref) >= 8 THEN
+                    v_stop := (SELECT jsonb_agg(e ORDER BY o) FROM jsonb_array_elements(v_ref) WITH ORDINALITY AS a(e, o)
+                               WHERE o <= 8);
+                    EXIT;
+                END IF;
+            END IF;
+            v_qi := array_position(v_qk, v_qks[v_i]);
+            IF v_qi IS NOT NULL THEN
+                v_why := v_qwhy[v_qi];
+                IF v_why IS NULL THEN
+                    IF v_qcap[v_qi] IS NOT NULL AND v_qrun[v_qi] + v_qacc[v_qi] >= v_qcap[v_qi] THEN
+                        v_why := 'concurrency_cap';
+                    ELSIF v_qrate[v_qi] IS NOT NULL AND v_qtok[v_qi] < 1 THEN
+                        v_why := 'rate_limit';
+                    END IF;
+                    v_qwhy[v_qi] := v_why;
+                END IF;
+                IF v_why IS NOT NULL THEN
+                    v_drop := array_append(v_drop, v_pkeys[v_i]);
+                    v_bid := array_append(v_bid, v_ids[v_i]);
+                    v_bqk := array_append(v_bqk, v_qks[v_i]);
+                    v_bwhy := array_append(v_bwhy, v_why);
+                    v_btag := array_append(v_btag, v_tags[v_i]);
+                    v_bcont := array_append(v_bcont, v_conts[v_i]);
+                    v_bdue := array_append(v_bdue, v_dues[v_i]);
+                    v_bprio := array_append(v_bprio, v_prio);
+                    CONTINUE;
+                END IF;
+                v_qacc[v_qi] := v_qacc[v_qi] + 1;
+                IF v_qrate[v_qi] IS NOT NULL THEN
+                    v_qtok[v_qi] := v_qtok[v_qi] - 1;
+                END IF;
+            END IF;
+            v_keep := array_append(v_keep, v_i);
+            v_refs := array_append(v_refs, v_ref);
+            v_v := v_tags[v_i];
+        END LOOP;
+        IF cardinality(v_keep) < v_k THEN
+            -- Rows left the plan: the rows read after each key's last
+            -- claim no longer follow it; look the new heads up instead.
+            v_nkeys := NULL;
+            v_ids := ARRAY(SELECT v_ids[k.i] FROM unnest(v_keep) WITH ORDINALITY AS k(i, o) ORDER BY k.o);
+            v_pkeys := ARRAY(SELECT v_pkeys[k.i] FROM unnest(v_keep) WITH ORDINALITY AS k(i, o) ORDER BY k.o);
+            v_tags := ARRAY(SELECT v_tags[k.i] FROM unnest(v_keep) WITH ORDINALITY AS k(i, o) ORDER BY k.o);
+            v_conts := ARRAY(SELECT v_conts[k.i] FROM unnest(v_keep) WITH ORDINALITY AS k(i, o) ORDER BY k.o);
+            v_dues := ARRAY(SELECT v_dues[k.i] FROM unnest(v_keep) WITH ORDINALITY AS k(i, o) ORDER BY k.o);
+            v_qks := ARRAY(SELECT v_qks[k.i] FROM unnest(v_keep) WITH ORDINALITY AS k(i, o) ORDER BY k.o);
+            v_k := cardinality(v_keep);
+        END IF;
+    END IF;
+    IF v_k = 0 THEN
+        IF v_stop IS NOT NULL THEN
+            r_out.outcome := 'refused';
+            r_out.refusals := v_stop;
+            RETURN NEXT r_out;
+        END IF;
         RETURN;
     END IF;
 
@@ -199,8 +402,10 @@ BEGIN
         IF v_locked IS NULL OR NOT (v_ids[v_i] = ANY (v_locked)) THEN
             v_k := v_i - 1;
             -- The rows read after each key's last claim no longer follow
-            -- the plan: look the new heads up instead.
+            -- the plan: look the new heads up instead. The refusals of
+            -- claims after the end of the plan are the next step's.
             v_nkeys := NULL;
+            v_stop := NULL;
             EXIT;
         END IF;
     END LOOP;
@@ -212,7 +417,27 @@ BEGIN
     v_tags := v_tags[1:v_k];
     v_conts := v_conts[1:v_k];
     v_dues := v_dues[1:v_k];
+    v_qks := v_qks[1:v_k];
     v_clock := greatest(v_clock0, v_tags[v_k]);
+
+    -- The rechecks' writes for the rows leased: one token per row off
+    -- each bucket, taken one at a time as the single claims would.
+    IF cardinality(v_qk) > 0 THEN
+        FOR v_qi IN 1..cardinality(v_qk) LOOP
+            CONTINUE WHEN v_qrate[v_qi] IS NULL;
+            v_tokens := NULL;
+            FOR v_i IN 1..v_k LOOP
+                IF v_qks[v_i] = v_qk[v_qi] THEN
+                    v_tokens := coalesce(v_tokens, v_qtok0[v_qi]) - 1;
+                END IF;
+            END LOOP;
+            CONTINUE WHEN v_tokens IS NULL;
+            INSERT INTO rate_buckets (queue, quota_key, tokens, updated_at)
+            VALUES (p_queue, v_qk[v_qi], v_tokens, v_now)
+            ON CONFLICT (queue, quota_key) DO UPDATE
+            SET tokens = EXCLUDED.tokens, updated_at = EXCLUDED.updated_at;
+        END LOOP;
+    END IF;
 
     -- Lease the rows and mark their runs running; each row reports the lag
     -- its single claim would: its tag over the clock before it.
@@ -220,9 +445,17 @@ BEGIN
         v_secs := ARRAY(SELECT c.cost FROM unnest(v_pkeys) WITH ORDINALITY AS p(key, ord)
                         JOIN unnest(v_keys, v_cost) AS c(key, cost) ON c.key = p.key ORDER BY p.ord);
     END IF;
-    RETURN QUERY SELECT * FROM harvest_lease_rows(v_ids, ARRAY(
+    v_i := 0;
+    FOR r_out IN SELECT * FROM harvest_lease_rows(v_ids, ARRAY(
         SELECT p.tag - greatest(v_clock0, coalesce(lag(p.tag) OVER (ORDER BY p.ord), v_clock0))
-        FROM unnest(v_tags) WITH ORDINALITY AS p(tag, ord) ORDER BY p.ord), p_worker, p_lease, v_secs);
+        FROM unnest(v_tags) WITH ORDINALITY AS p(tag, ord) ORDER BY p.ord), p_worker, p_lease, v_secs)
+    LOOP
+        v_i := v_i + 1;
+        IF cardinality(v_refs) > 0 THEN
+            r_out.refusals := v_refs[v_i];
+        END IF;
+        RETURN NEXT r_out;
+    END LOOP;
 
     -- Each key's last claim of the plan sets its state; its head moves on
     -- to the row after the last one taken: read while planning, or looked
@@ -263,6 +496,13 @@ BEGIN
     -- The charged keys are in debt; every key the new clock reached is not.
     IF v_clock > v_clock0 THEN
         PERFORM harvest_clock_advance(p_queue, v_clock);
+    END IF;
+    -- The claim after the last row taken would have reached 8 refusals.
+    IF v_stop IS NOT NULL THEN
+        r_out := NULL;
+        r_out.outcome := 'refused';
+        r_out.refusals := v_stop;
+        RETURN NEXT r_out;
     END IF;
 END
 $$;

@@ -15,9 +15,15 @@
 --      then the queue's pick for the claim's kind (below);
 --   2. the lag of the row's key (harvest_lag), when the pick did not say;
 --   3. the rechecks of the row's quota key (harvest_quota_recheck): a
---      refused row is left pending and charges nothing, its quota key is
---      skipped for the rest of the claim, and the claim picks again (at
---      most 8 refusals; a dispatch claim stops at the first);
+--      refused row is left pending and charges nothing, and the claim
+--      picks again (at most 8 refusals; a dispatch claim stops at the
+--      first). What the rest of the claim leaves out (the model's rule,
+--      pkg/fairkeys Model.Claim): an ordinary claim, the rows of the
+--      refused quota key (v_excl); a fair claim, the refused row's whole
+--      fairness key (v_xkeys; the row was its key's head, and the key's
+--      later rows wait behind it), and every key whose head carries a
+--      refused quota key (the picks drop those on reading the heads, and
+--      for rows pinned to the worker this step adds them to v_xkeys);
 --   4. the lease, and the run marked running (its fields the worker needs
 --      come back with the claim);
 --   5. for a fair claim, the charge (harvest_charge_terms, harvest_charge).
@@ -72,6 +78,7 @@ DECLARE
     -- only a caller-given time filters on due_at.
     v_due_cut timestamptz := CASE WHEN p_now IS NULL THEN 'infinity'::timestamptz ELSE p_now END;
     v_excl    text[] := '{}';
+    v_xkeys   text[] := '{}';
     v_ref     jsonb := '[]';
     v_nref    integer := 0;
     v_clock   double precision;
@@ -85,7 +92,7 @@ DECLARE
     v_reason  text;
     v_pick    record;
     r_task    tasks%ROWTYPE;
-    r_run     record;
+    r_run     runs;
     r_out     harvest_claimed;
 BEGIN
     IF p_fair THEN
@@ -105,7 +112,7 @@ BEGIN
             -- never has a pinned row waiting.
             IF harvest_pinned_waiting(p_queue, p_worker, v_now, v_due_cut) THEN
                 r_task := harvest_pick_sticky(p_queue, p_worker, p_fair, p_aging, v_now, v_due_cut, v_excl,
-                                              v_two, v_clock, v_gclock);
+                                              v_xkeys, v_two, v_clock, v_gclock);
             END IF;
             IF r_task.id IS NULL THEN
                 IF NOT p_fair AND p_aging = 0 THEN
@@ -115,14 +122,14 @@ BEGIN
                 ELSIF NOT p_fair THEN
                     v_pick := harvest_pick_aged_sort(p_queue, v_now, p_aging, v_excl, v_due_cut);
                 ELSIF p_aging > 0 OR v_sort THEN
-                    v_pick := harvest_pick_fair_sort(p_queue, v_now, p_aging, v_excl, v_due_cut,
+                    v_pick := harvest_pick_fair_sort(p_queue, v_now, p_aging, v_excl, v_xkeys, v_due_cut,
                                                      v_clock, v_two, v_gclock);
                 ELSIF v_two AND cardinality(v_excl) > 0 THEN
-                    v_pick := harvest_pick_group_rows(p_queue, v_due_cut, v_excl, v_gclock);
+                    v_pick := harvest_pick_group_rows(p_queue, v_due_cut, v_excl, v_xkeys, v_gclock);
                 ELSIF v_two THEN
                     v_pick := harvest_pick_group_heads(p_queue, v_due_cut, v_gclock);
                 ELSIF cardinality(v_excl) > 0 THEN
-                    v_pick := harvest_pick_fair_rows(p_queue, v_due_cut, v_excl, v_clock);
+                    v_pick := harvest_pick_fair_rows(p_queue, v_due_cut, v_excl, v_xkeys, v_clock);
                 ELSE
                     v_pick := harvest_pick_fair_heads(p_queue, v_due_cut, v_clock);
                 END IF;
@@ -178,6 +185,26 @@ BEGIN
                 r_out.refusals := v_ref;
                 RETURN r_out;
             END IF;
+            IF p_fair THEN
+                v_xkeys := v_xkeys || r_task.fairness_key;
+                -- A key with a row pinned to this worker has its head among
+                -- those rows (they come first for this claim): when that
+                -- head carries a refused quota key, the key's other rows,
+                -- pinned or not, wait behind it.
+                IF harvest_pinned_waiting(p_queue, p_worker, v_now, v_due_cut) THEN
+                    v_xkeys := v_xkeys || ARRAY(
+                        SELECT h.fairness_key FROM (
+                            SELECT DISTINCT ON (x.fairness_key) x.fairness_key, x.quota_key FROM tasks x
+                            WHERE x.queue = p_queue AND x.state = 'pending' AND x.sticky_worker = p_worker
+                              AND x.sticky_until > v_now AND x.due_at <= v_due_cut
+                              AND x.fairness_key <> ALL (v_xkeys)
+                            ORDER BY x.fairness_key,
+                                     x.priority + CASE WHEN p_aging > 0
+                                         THEN harvest_us(v_now, x.due_at) / (p_aging::bigint * 1000000) ELSE 0 END DESC,
+                                     x.continuation DESC, x.due_at, x.id) h
+                        WHERE h.quota_key = ANY (v_excl));
+                END IF;
+            END IF;
             CONTINUE;
         END IF;
 
@@ -198,21 +225,9 @@ BEGIN
             charged_secs     = CASE WHEN p_fair AND v_runtime THEN v_cost END
         WHERE id = r_task.id
         RETURNING * INTO r_task;
-        -- The update returns what the worker needs of the run, so it reads
-        -- nothing after the claim; a run that is final already (cancelled
-        -- while its task waited) is left as it is and read instead.
-        UPDATE runs SET
-            status     = 'running',
-            attempts   = attempts + 1,
-            -- The task's stamp, not now(): a claim that waited for the
-            -- queue lock began before the claim that held it.
-            claimed_at = coalesce(claimed_at, r_task.claimed_at)
-        WHERE pk = r_task.run_pk AND status IN ('queued', 'running')
-        RETURNING runs.tenant, runs.id, runs.name, runs.status, runs.max_attempts, runs.timeout_ms INTO r_run;
-        IF NOT FOUND THEN
-            SELECT x.tenant, x.id, x.name, x.status, x.max_attempts, x.timeout_ms INTO r_run
-            FROM runs x WHERE x.pk = r_task.run_pk;
-        END IF;
+        -- What the worker needs of the run comes back with the claim, so it
+        -- reads nothing after it.
+        r_run := harvest_run_claimed(r_task.run_pk, r_task.claimed_at);
 
         -- 5. Charge the key (fair claims only); the key's head moves on when
         -- this row was it.

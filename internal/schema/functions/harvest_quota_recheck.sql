@@ -5,8 +5,11 @@
 -- rows are counted, so the claims of one quota key take turns until commit
 -- and a cap is never exceeded by claimers racing on the count; then the
 -- token bucket is refilled to p_now and, when a token is left, one is
--- taken. The single claim's step 3 (harvest_claim_step); the bulk steps
--- stop before a row with a quota key and leave it to the single claim.
+-- taken. The single claim's step 3 (harvest_claim_step). The fair bulk
+-- step (harvest_claim_bulk_fair, 3a) makes the same rechecks for all its
+-- rows at once, with the same locks and the same numbers; the ordinary
+-- bulk step stops before a row with a quota key and leaves it to the
+-- single claim.
 CREATE OR REPLACE FUNCTION harvest_quota_recheck(p_queue text, p_quota_key text, p_now timestamptz) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
