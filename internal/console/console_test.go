@@ -196,6 +196,50 @@ func TestListRunsFilters(t *testing.T) {
 	}
 }
 
+// A claim writes only its task: a run stored queued whose task runs is
+// shown running, with that attempt and its claim time, on the list (and
+// under the running filter, not the queued one) and on its own page; a
+// run stored queued with no running task stays queued.
+func TestRunsShowTheAttemptInFlight(t *testing.T) {
+	t.Parallel()
+	ctx, dbs := setup(t, 1)
+	db := dbs[0]
+	busy := addRun(t, db, run{id: "busy", tenant: "acme", at: at(time.Second)})
+	tk := addTask(t, db, task{runPK: busy, state: "running", worker: "w1", claimedAgo: 3 * time.Second})
+	idle := addRun(t, db, run{id: "idle", tenant: "acme", at: at(2 * time.Second)})
+	addTask(t, db, task{runPK: idle})
+	var claimed time.Time
+	require.NoError(t, db.QueryRow(ctx, `SELECT claimed_at FROM tasks WHERE id = $1`, tk).Scan(&claimed))
+
+	for _, c := range []struct {
+		statuses []api.Status
+		want     []string
+	}{
+		{nil, []string{"idle", "busy"}},
+		{[]api.Status{api.StatusRunning}, []string{"busy"}},
+		{[]api.Status{api.StatusQueued}, []string{"idle"}},
+	} {
+		page, err := console.ListRuns(ctx, dbs, console.RunFilter{Statuses: c.statuses})
+		require.NoError(t, err)
+		require.Equal(t, c.want, ids(page.Runs), "statuses %v", c.statuses)
+	}
+	page, err := console.ListRuns(ctx, dbs, console.RunFilter{})
+	require.NoError(t, err)
+	listed := page.Runs[1]
+	require.Equal(t, api.StatusRunning, listed.Status)
+	require.Equal(t, 1, listed.Attempts)
+	require.NotNil(t, listed.ClaimedAt)
+	require.True(t, claimed.Equal(listed.ClaimedAt.Time))
+	require.Equal(t, api.StatusQueued, page.Runs[0].Status)
+	require.Zero(t, page.Runs[0].Attempts)
+	require.Nil(t, page.Runs[0].ClaimedAt)
+
+	d, err := console.Inspect(ctx, db, 0, "acme", "busy")
+	require.NoError(t, err)
+	require.Equal(t, listed, d.Run)
+	require.Nil(t, d.Run.Waiting, "a running run does not wait")
+}
+
 // Paging with any limit gives every run once, each shard's runs newest pk
 // first from page to page and each page newest created_at first, even while new runs start
 // between the pages: their pks are above every shard's bound, so they
@@ -443,7 +487,10 @@ func TestInspect(t *testing.T) {
 	ctx, dbs := setup(t, 2)
 	db := dbs[1]
 	pk := addRun(t, db, run{id: "r1", tenant: "acme", queue: "q", status: api.StatusRunning, at: at(time.Second)})
-	_, err := db.Exec(ctx, `UPDATE runs SET input = '{"n": 1}', max_attempts = 5, attempts = 2 WHERE pk = $1`, pk)
+	// Stored as a run of two steps keeps it while its second step runs: the
+	// first step's attempt counted (by its continuation), the second one's
+	// in flight, which the read adds (runs_seen).
+	_, err := db.Exec(ctx, `UPDATE runs SET input = '{"n": 1}', max_attempts = 5, attempts = 1 WHERE pk = $1`, pk)
 	require.NoError(t, err)
 	first := addTask(t, db, task{runPK: pk, state: "done", trace: traceparent, worker: "w1", claimedAgo: 30 * time.Second})
 	second := addTask(t, db, task{runPK: pk, state: "running", step: 1, worker: "w2", claimedAgo: 2 * time.Second,

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,10 +67,24 @@ func cancelOnce(ctx context.Context, db shard.Beginner, tenant, id string, shard
 	pk := before.PK
 	var res CancelResult
 	if !before.Status.Final() {
-		if res.WasRunning, err = cancelTasks(ctx, tx, pk); err != nil {
+		first, err := cancelTasks(ctx, tx, pk)
+		if err != nil {
 			return CancelResult{}, err
 		}
-		if _, err := tx.Exec(ctx, sqlRunFinish, pk, string(api.StatusCancelled), reason); err != nil {
+		// A continuation committed while the first pass waited for the task
+		// lock is visible to this later statement: take it out too (and,
+		// when a worker claimed it meanwhile, its attempt). Any later
+		// continuation needs the old lease, which is void now.
+		again, err := cancelTasks(ctx, tx, pk)
+		if err != nil {
+			return CancelResult{}, err
+		}
+		ended := first.add(again)
+		res.WasRunning = ended.running > 0
+		// The attempts the passes took out end with the run: the claim did
+		// not count them, so the cancel does (harvest_run_finish).
+		if _, err := tx.Exec(ctx, sqlRunFinish, pk, string(api.StatusCancelled), reason,
+			ended.running, ended.firstClaim); err != nil {
 			return CancelResult{}, fmt.Errorf("runstore: cancel run: %w", err)
 		}
 		// The update above holds the run's row, which a move takes before
@@ -83,14 +97,6 @@ func cancelOnce(ctx context.Context, db shard.Beginner, tenant, id string, shard
 		if moving {
 			return CancelResult{}, ErrRunMoving
 		}
-		// A continuation committed while the first pass waited for the task
-		// lock is visible to this later statement: take it out too. Any
-		// later continuation needs the old lease, which is void now.
-		again, err := cancelTasks(ctx, tx, pk)
-		if err != nil {
-			return CancelResult{}, err
-		}
-		res.WasRunning = res.WasRunning || again
 	}
 	run, _, err := get(ctx, tx, tenant, id, shard)
 	if err != nil {
@@ -111,18 +117,43 @@ func cancelOnce(ctx context.Context, db shard.Beginner, tenant, id string, shard
 	return res, nil
 }
 
+// cancelled is what a pass of cancelTasks took out of a worker's hands:
+// how many running tasks (attempts in flight) and the earliest claim time
+// among them (nil: none).
+type cancelled struct {
+	running    int
+	firstClaim *time.Time
+}
+
+// add is both passes' attempts together.
+func (c cancelled) add(o cancelled) cancelled {
+	c.running += o.running
+	if o.firstClaim != nil && (c.firstClaim == nil || o.firstClaim.Before(*c.firstClaim)) {
+		c.firstClaim = o.firstClaim
+	}
+	return c
+}
+
+// cancelledTask is a row of TaskCancelByRun: the state a task was in.
+type cancelledTask struct {
+	State     string     `db:"state"`
+	ClaimedAt *time.Time `db:"claimed_at"`
+}
+
 // cancelTasks takes the run's unfinished tasks out of play and reports
-// whether one of them was leased to a worker.
-func cancelTasks(ctx context.Context, tx pgx.Tx, pk int64) (wasRunning bool, err error) {
-	rows, err := tx.Query(ctx, sqlTaskCancelByRun, pk)
+// the attempts in flight among them.
+func cancelTasks(ctx context.Context, tx pgx.Tx, pk int64) (cancelled, error) {
+	tasks, err := pgrow.All[cancelledTask](ctx, tx, sqlTaskCancelByRun, pk)
 	if err != nil {
-		return false, fmt.Errorf("runstore: cancel tasks: %w", err)
+		return cancelled{}, fmt.Errorf("runstore: cancel tasks: %w", err)
 	}
-	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return false, fmt.Errorf("runstore: cancel tasks: %w", err)
+	var c cancelled
+	for _, t := range tasks {
+		if t.State == "running" {
+			c = c.add(cancelled{running: 1, firstClaim: t.ClaimedAt})
+		}
 	}
-	return slices.Contains(states, "running"), nil
+	return c, nil
 }
 
 // runStatus is what RunLock reads of a run.

@@ -12,6 +12,13 @@ import (
 // RunInspect), scanned by name with pgx.RowToStructByName. A statement
 // that leaves a column out of its answer still names it, as NULL, so that
 // every reader reads runs one way.
+//
+// The readers read the view runs_seen (migration 0014), not the table:
+// a claim does not write its run, so while an attempt is in flight the
+// status, attempts and claimed_at a user sees are the stored ones with
+// the run's running task folded in, and the view is the one place that
+// does it. (A new run, RunStart's, has no task running: it is read as
+// written.)
 type RunRow struct {
 	PK          int64      `db:"pk"`
 	ID          string     `db:"id"`

@@ -91,15 +91,14 @@ type Task struct {
 	LeaseExpiresAt time.Time
 	TraceContext   json.RawMessage
 
-	// The task's run, as the claim left it: the claim statement returns
-	// these with the task (it writes the run row anyway), so a worker
-	// reads nothing after a claim.
+	// The task's run: the claim statement reads these with the task (it
+	// does not write the run row), so a worker reads nothing after a claim.
 	Tenant   string
 	RunID    string // the run's id, unique per tenant
 	Workflow string // the run's name, which chooses the handler
-	// RunStatus is the run's status after the claim: "running", or a final
-	// status when the run was cancelled while its task waited (the claim
-	// leaves such a run as it is; the worker retires the task).
+	// RunStatus is the run's status as the claim sees it: "running" for a
+	// run that is not final, or a final status when the run was cancelled
+	// while its task waited (the worker retires the task).
 	RunStatus   string
 	MaxAttempts int
 	Timeout     time.Duration // the run's attempt timeout; zero: none set

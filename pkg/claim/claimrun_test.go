@@ -11,7 +11,8 @@ import (
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
-// runFields is what a worker needs of a claimed task's run, as stored.
+// runFields is what a worker needs of a claimed task's run, as a user sees
+// it.
 type runFields struct {
 	Tenant      string `db:"tenant"`
 	ID          string `db:"id"`
@@ -21,11 +22,12 @@ type runFields struct {
 	TimeoutMS   *int64 `db:"timeout_ms"`
 }
 
-// runOf reads the run of task id as it is stored now.
+// runOf reads the run of task id as a user sees it now (runs_seen: the
+// claim writes no run, and a run whose task runs shows running).
 func (b *bundle) runOf(id int64) runFields {
 	b.t.Helper()
 	rows, err := b.db.Query(b.ctx, `SELECT r.tenant, r.id, r.name, r.status, r.max_attempts, r.timeout_ms
-		FROM tasks t JOIN runs r ON r.pk = t.run_pk WHERE t.id = $1`, id)
+		FROM tasks t JOIN runs_seen r ON r.pk = t.run_pk WHERE t.id = $1`, id)
 	require.NoError(b.t, err)
 	f, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[runFields])
 	require.NoError(b.t, err)
@@ -49,9 +51,37 @@ func (b *bundle) runTasks(queue, key string, n int, o taskOpts) []int64 {
 	return ids
 }
 
-// checkRun requires that each claimed task came back with its run as the
-// database holds it after the claim: what the worker read after every
-// claim before the claim returned it.
+// runVersion is a run's row version (the transaction that wrote it and
+// its place) and its row lock (xmax: the last transaction that locked or
+// deleted it).
+type runVersion struct {
+	PK      int64  `db:"pk"`
+	Version string `db:"version"`
+}
+
+// runVersions is the row version and lock of every run, which any write
+// of a run (an update, HOT or not) and any row lock on it changes.
+func (b *bundle) runVersions() []runVersion {
+	b.t.Helper()
+	rows, err := b.db.Query(b.ctx, `SELECT pk, concat_ws(' ', xmin, xmax, ctid) AS version FROM runs ORDER BY pk`)
+	require.NoError(b.t, err)
+	vs, err := pgx.CollectRows(rows, pgx.RowToStructByName[runVersion])
+	require.NoError(b.t, err)
+	return vs
+}
+
+// writesNoRun runs claim and requires that it neither wrote nor locked a
+// run row.
+func (b *bundle) writesNoRun(what string, claim func()) {
+	b.t.Helper()
+	before := b.runVersions()
+	claim()
+	require.Equal(b.t, before, b.runVersions(), "%s: a claim writes (and locks) only its task rows, no run", what)
+}
+
+// checkRun requires that each claimed task came back with its run as a
+// user sees it after the claim: what the worker read after every claim
+// before the claim returned it.
 func (b *bundle) checkRun(what string, rs ...claim.Result) {
 	b.t.Helper()
 	require.NotEmpty(b.t, rs, what)
@@ -81,14 +111,20 @@ func (b *bundle) checkRun(what string, rs ...claim.Result) {
 func TestClaimReturnsTheRunOfEachTask(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	one := func(q string, req claim.Request) claim.Result {
+	// Every claim below writes no run (a claim writes its task rows
+	// only), whatever the step that leases it.
+	one := func(q string, req claim.Request) (r claim.Result) {
 		req.Queue, req.Worker = q, "w"
-		return b.claim(req)
+		b.writesNoRun("claim of "+q, func() { r = b.claim(req) })
+		return r
 	}
-	batch := func(q string, req claim.Request, n int) []claim.Result {
+	batch := func(q string, req claim.Request, n int) (rs []claim.Result) {
 		req.Queue, req.Worker = q, "w"
-		rs, err := claim.ClaimBatch(b.ctx, b.db, req, n)
-		require.NoError(t, err)
+		b.writesNoRun("batch of "+q, func() {
+			var err error
+			rs, err = claim.ClaimBatch(b.ctx, b.db, req, n)
+			require.NoError(t, err)
+		})
 		require.Len(t, rs, n, "queue %s", q)
 		return rs
 	}
@@ -109,7 +145,10 @@ func TestClaimReturnsTheRunOfEachTask(t *testing.T) {
 	b.checkRun("sticky", r)
 
 	named := b.runTasks("byid", "a", 2, taskOpts{})
-	r, err := claim.ClaimByID(b.ctx, b.db, named[1], claim.Request{Queue: "byid", Worker: "w", Fair: true})
+	var err error
+	b.writesNoRun("claim by id", func() {
+		r, err = claim.ClaimByID(b.ctx, b.db, named[1], claim.Request{Queue: "byid", Worker: "w", Fair: true})
+	})
 	require.NoError(t, err)
 	require.Equal(t, named[1], r.Task.ID)
 	b.checkRun("by id", r)
@@ -142,7 +181,9 @@ func TestClaimReturnsTheRunOfEachTask(t *testing.T) {
 	b.checkRun("lone-key batch", batch("lone", claim.Request{Fair: true}, 3)...)
 
 	b.runTasks("comb", "a", 2, taskOpts{})
-	r, err = claim.NewClaimer(b.db).Claim(b.ctx, claim.Request{Queue: "comb", Worker: "w", Fair: true})
+	b.writesNoRun("Claimer", func() {
+		r, err = claim.NewClaimer(b.db).Claim(b.ctx, claim.Request{Queue: "comb", Worker: "w", Fair: true})
+	})
 	require.NoError(t, err)
 	b.checkRun("Claimer", r)
 

@@ -91,7 +91,7 @@ func TestBatchStampsRunsInClaimOrder(t *testing.T) {
 			var prev time.Time
 			for i, r := range rs {
 				var at time.Time
-				require.NoError(t, b.db.QueryRow(b.ctx, `SELECT r.claimed_at FROM runs r WHERE r.pk = $1`, r.Task.RunPK).Scan(&at))
+				require.NoError(t, b.db.QueryRow(b.ctx, `SELECT r.claimed_at FROM runs_seen r WHERE r.pk = $1`, r.Task.RunPK).Scan(&at))
 				require.True(t, at.After(prev), "claim %d of the batch stamped %v, not after %v", i, at, prev)
 				prev = at
 			}
@@ -143,7 +143,7 @@ func TestRunStampsAreTaskStampsAtConcurrency(t *testing.T) {
 	var claimed, differ int
 	require.NoError(t, b.db.QueryRow(b.ctx, `
 		SELECT count(*), count(*) FILTER (WHERE r.claimed_at IS DISTINCT FROM t.claimed_at)
-		FROM tasks t JOIN runs r ON r.pk = t.run_pk WHERE t.claimed_at IS NOT NULL`).Scan(&claimed, &differ))
+		FROM tasks t JOIN runs_seen r ON r.pk = t.run_pk WHERE t.claimed_at IS NOT NULL`).Scan(&claimed, &differ))
 	require.Greater(t, claimed, 100)
 	require.Zero(t, differ, "runs whose claimed_at is not their task's claim stamp")
 }

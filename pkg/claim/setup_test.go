@@ -87,7 +87,7 @@ func (b *bundle) row(id int64) taskRow {
 	var r taskRow
 	err := b.db.QueryRow(b.ctx, `
 		SELECT t.state, t.attempt, t.lease_token::text, t.lease_expires_at, t.due_at, t.sticky_worker, r.status
-		FROM tasks t JOIN runs r ON r.pk = t.run_pk WHERE t.id = $1`, id).
+		FROM tasks t JOIN runs_seen r ON r.pk = t.run_pk WHERE t.id = $1`, id).
 		Scan(&r.State, &r.Attempt, &r.Token, &r.Expires, &r.DueAt, &r.Sticky, &r.RunState)
 	require.NoError(b.t, err)
 	return r

@@ -25,10 +25,14 @@
 -- a coalesce, not "$5 IS NULL OR", so that it stays an index condition in
 -- either plan. There is no ORDER BY over the union, which would only sort
 -- the one branch's rows again: the caller orders them by pk.
+--
+-- The runs are read as they show (runs_seen: a run whose task a worker
+-- holds is running, with that attempt counted), and the status filter is
+-- on the status they show.
 (SELECT r.pk, r.id, r.tenant, r.name, r.queue, r.fairness_key, r.quota_key, r.priority,
         r.status, r.attempts, r.created_at, r.claimed_at, r.finished_at,
         NULL::jsonb AS output, NULL::text AS error
- FROM runs r
+ FROM runs_seen r
  WHERE $1::text IS NULL
    AND r.pk < coalesce($5::bigint, 9223372036854775807)
    AND ($2::text IS NULL OR r.queue = $2::text)
@@ -41,7 +45,7 @@ UNION ALL
 (SELECT r.pk, r.id, r.tenant, r.name, r.queue, r.fairness_key, r.quota_key, r.priority,
         r.status, r.attempts, r.created_at, r.claimed_at, r.finished_at,
         NULL::jsonb AS output, NULL::text AS error
- FROM runs r
+ FROM runs_seen r
  WHERE $1::text IS NOT NULL
    AND r.tenant = $1::text
    AND r.pk < coalesce($5::bigint, 9223372036854775807)

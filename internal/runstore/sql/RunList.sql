@@ -1,12 +1,15 @@
 -- A tenant's runs, newest first, one page. $2 is the cursor (list rows
 -- below this pk), $3 the statuses, $4 the queue, $5 the workflow name; NULL
 -- means no filter. The runs_tenant_pk index serves the order and the cursor.
+-- The runs are read as they show (runs_seen), and the status filter is on
+-- the status they show: a run whose task a worker holds is listed under
+-- running, never under queued, whatever its stored status.
 -- A listing leaves out each run's output, which can be as large as a
 -- start's input (docs/api.md): the column stays, always NULL, so that
 -- RunGet and RunList are read alike.
 SELECT pk, id, tenant, name, queue, fairness_key, quota_key, priority, status, attempts,
        created_at, claimed_at, finished_at, NULL::jsonb AS output, error
-FROM runs
+FROM runs_seen
 WHERE tenant = $1
   AND ($2::bigint IS NULL OR pk < $2::bigint)
   AND ($3::text[] IS NULL OR status = ANY ($3::text[]))

@@ -5,10 +5,11 @@
 -- live_until is ahead of the database clock, the rest is ignored), and
 -- the quota of the task's quota key with its running count and the rate
 -- bucket's tokens now, computed as the claim's recheck computes them
--- (harvest_claim_step, section 3).
+-- (harvest_claim_step, section 3). The run's status is the one it shows
+-- (runs_seen): a run whose task a worker holds is running, not waiting.
 WITH r AS (
     SELECT r.pk, r.status, r.queue
-    FROM runs r
+    FROM runs_seen r
     WHERE r.tenant = $1 AND r.id = $2
 ), t AS (
     SELECT x.id, x.queue, x.state, x.fairness_key, x.quota_key, x.priority, x.continuation, x.due_at

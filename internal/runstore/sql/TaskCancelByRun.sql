@@ -3,7 +3,9 @@
 -- the next fair claim of the queue moves it on), a scheduled one will never be
 -- promoted, and a running one loses its lease token, so the worker's next
 -- heartbeat, completion or failure is refused as a stale lease and its
--- result is discarded. Returns the state each task was in.
+-- result is discarded. Returns the state each task was in and its claim
+-- time: the attempts of the running ones end here, and the cancel counts
+-- them in the run (RunFinish), as the claim no longer does.
 WITH t AS (
     SELECT id, state FROM tasks
     WHERE run_pk = $1 AND state <> 'done'
@@ -13,4 +15,4 @@ UPDATE tasks x
 SET state = 'done', lease_token = NULL, lease_expires_at = NULL
 FROM t
 WHERE x.id = t.id
-RETURNING t.state
+RETURNING t.state, x.claimed_at

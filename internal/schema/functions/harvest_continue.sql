@@ -1,8 +1,10 @@
 -- Finish this task and enqueue the run's next one in the continuation band,
 -- same queue and keys; optionally pinned to the worker that holds the lease
--- until p_sticky_until, and due at p_due. Returns the new task's id. Fenced
--- by the lease token (HA001 when it is not current); what a continuation
--- does is defined once, in harvest_outcome_batch.
+-- until p_sticky_until, and due at p_due. Returns the new task's id. The
+-- step's attempt is counted in the run, which stays running between its
+-- steps (the claim of the next step writes no run). Fenced by the lease
+-- token (HA001 when it is not current); what a continuation does is
+-- defined once, in harvest_outcome_batch.
 CREATE OR REPLACE FUNCTION harvest_continue(p_id bigint, p_token uuid, p_input jsonb, p_sticky_until timestamptz,
                                  p_due timestamptz, p_now timestamptz) RETURNS bigint
 LANGUAGE plpgsql

@@ -1,10 +1,14 @@
--- Lease the pending rows p_ids (locked by the caller) to p_worker and mark
--- their runs running, in one update of each table, as the bulk and lone
--- steps of a batch do; returns them as claims in the order of p_ids, each
--- with lag p_lags[i] (0 when p_lags is NULL) and what the worker needs of
--- its run (from the runs' update, so the worker reads nothing after). In a queue charged by
--- runtime, p_secs[i] is the estimate the row's claim billed, kept on the
--- row for its settlement (NULL: the rows bill 1 per claim, or nothing).
+-- Lease the pending rows p_ids (locked by the caller) to p_worker, in one
+-- update, as the bulk and lone steps of a batch do; returns them as claims
+-- in the order of p_ids, each with lag p_lags[i] (0 when p_lags is NULL)
+-- and what the worker needs of its run, read in the same statement (so the
+-- worker reads nothing after). The runs are read, not written, as
+-- harvest_run_claimed reads the single claim's run: the status is
+-- 'running' for an unfinished run (its task has just been leased:
+-- runs_seen reads it so) and the final status of a run cancelled while its
+-- task waited, which the worker drops. In a queue charged by runtime,
+-- p_secs[i] is the estimate the row's claim billed, kept on the row for
+-- its settlement (NULL: the rows bill 1 per claim, or nothing).
 -- The single claim leases its one row itself (harvest_claim_step).
 DROP FUNCTION IF EXISTS harvest_lease_rows(bigint[], double precision[], text, interval);
 CREATE OR REPLACE FUNCTION harvest_lease_rows(p_ids bigint[], p_lags double precision[], p_worker text,
@@ -29,31 +33,15 @@ BEGIN
             charged_secs     = p.secs
         FROM p WHERE t.id = p.id
         RETURNING t.*, p.ord, p.lag
-    ), r AS (
-        -- A run's first claim time is its task's stamp (batch order, taken
-        -- under the queue lock), not now(): a batch that waited for the
-        -- lock began before the batch that held it.
-        UPDATE runs SET
-            status     = 'running',
-            attempts   = runs.attempts + 1,
-            claimed_at = coalesce(runs.claimed_at, g.claimed_at)
-        FROM (SELECT u.run_pk, min(u.claimed_at) AS claimed_at FROM u GROUP BY u.run_pk) g
-        WHERE runs.pk = g.run_pk AND runs.status IN ('queued', 'running')
-        RETURNING runs.pk, runs.tenant, runs.id, runs.name, runs.status, runs.max_attempts, runs.timeout_ms
     )
     SELECT 'ok'::text, u.lag, '[]'::jsonb, u.id, u.run_pk, u.queue, u.fairness_key, u.quota_key, u.priority,
            u.continuation, u.due_at, u.sticky_worker, u.sticky_until, u.step, u.input, u.attempt,
            u.lease_token, u.lease_expires_at, u.trace_context,
-           coalesce(r.tenant, f.tenant), coalesce(r.id, f.id), coalesce(r.name, f.name),
-           coalesce(r.status, f.status), coalesce(r.max_attempts, f.max_attempts),
-           coalesce(r.timeout_ms, f.timeout_ms)
+           x.tenant, x.id, x.name,
+           CASE WHEN x.status IN ('queued', 'running') THEN 'running' ELSE x.status END,
+           x.max_attempts, x.timeout_ms
     FROM u
-    LEFT JOIN r ON r.pk = u.run_pk
-    -- A run the update left alone (final already: cancelled while its
-    -- task waited) is read as it is; the others come from the update.
-    LEFT JOIN LATERAL (
-        SELECT x.tenant, x.id, x.name, x.status, x.max_attempts, x.timeout_ms
-        FROM runs x WHERE x.pk = u.run_pk AND r.pk IS NULL) f ON true
+    JOIN runs x ON x.pk = u.run_pk
     ORDER BY u.ord;
 END
 $$;

@@ -13,6 +13,16 @@
 --             is done and the run failed;
 --   release   the task is handed back untouched: pending again in its old
 --             place, the attempt not counted, the run queued again.
+--
+-- The claim does not write the run (harvest_run_claimed): each outcome but
+-- a release counts the attempt that ended in the run's stored attempts and
+-- keeps the task's claim time as the run's first when it has none, so that
+-- the run stores what runs_seen showed while the attempt ran. A
+-- continuation stores the run 'running' (it reads running between its
+-- steps); a retry and a release store it 'queued'. A release of a run
+-- stored 'queued' (its first step) changes nothing of the run, so it is
+-- not written.
+--
 -- p_now decides whether a due time has come (NULL: the database clock).
 --
 -- This is the one definition of what each outcome does: harvest_complete,
@@ -81,7 +91,7 @@ BEGIN
         SELECT i.id, i.token, i.ord::integer AS ord, p_kinds[i.ord] AS kind
         FROM unnest(p_ids, p_tokens) WITH ORDINALITY AS i(id, token, ord)
     ), live AS (
-        SELECT DISTINCT ON (inp.id) inp.id, inp.ord, inp.kind, t.run_pk,
+        SELECT DISTINCT ON (inp.id) inp.id, inp.ord, inp.kind, t.run_pk, t.claimed_at,
                -- A failure runs again when a retry time is given and the run
                -- has attempts left (a run without max_attempts has one).
                (inp.kind = 'fail' AND p_retry_at[inp.ord] IS NOT NULL
@@ -94,7 +104,7 @@ BEGIN
         WHERE t.id = ANY (p_ids)
         ORDER BY inp.id, inp.ord
     ), plan AS (
-        SELECT live.id, live.ord, live.kind, live.run_pk, live.retry,
+        SELECT live.id, live.ord, live.kind, live.run_pk, live.claimed_at, live.retry,
                -- The run ends here: a completion, or a failure not retried.
                (live.kind = 'complete' OR (live.kind = 'fail' AND NOT live.retry)) AS final,
                -- The task goes back to wait: a release, or a retry.
@@ -113,18 +123,24 @@ BEGIN
         FROM plan p
         WHERE t.id = p.id
     ), run_upd AS (
-        -- A final run is left alone (a cancel got there first); a run going
-        -- back to its queue moves only from running.
+        -- A final run is left alone (a cancel got there first: it counted
+        -- the attempt it took out). Any other run is stored 'queued' or
+        -- 'running', and both are taken: 'queued' is what a run reads
+        -- whose attempt is in flight, 'running' one that continued, and
+        -- also a run a claim of the previous release marked running during
+        -- a rolling upgrade (migration 0014 took the attempt that claim
+        -- counted back out, so it is counted here once).
         UPDATE runs r SET
-            status      = CASE WHEN p.kind = 'complete' THEN 'completed' WHEN p.final THEN 'failed' ELSE 'queued' END,
+            status      = CASE WHEN p.kind = 'complete' THEN 'completed' WHEN p.final THEN 'failed'
+                               WHEN p.kind = 'continue' THEN 'running' ELSE 'queued' END,
             output      = CASE WHEN p.kind = 'complete' THEN p_values[p.ord] WHEN p.final THEN NULL ELSE r.output END,
             error       = CASE WHEN p.kind = 'complete' THEN NULL WHEN p.kind = 'fail' THEN p_errors[p.ord] ELSE r.error END,
             finished_at = CASE WHEN p.final THEN now() ELSE r.finished_at END,
-            attempts    = CASE WHEN p.kind = 'release' THEN greatest(r.attempts - 1, 0) ELSE r.attempts END
+            attempts    = CASE WHEN p.kind = 'release' THEN r.attempts ELSE r.attempts + 1 END,
+            claimed_at  = CASE WHEN p.kind = 'release' THEN r.claimed_at ELSE coalesce(r.claimed_at, p.claimed_at) END
         FROM plan p
-        WHERE r.pk = p.run_pk AND p.kind <> 'continue'
-          AND CASE WHEN p.final THEN r.status NOT IN ('completed', 'failed', 'cancelled')
-                   ELSE r.status = 'running' END
+        WHERE r.pk = p.run_pk AND r.status NOT IN ('completed', 'failed', 'cancelled')
+          AND NOT (p.kind = 'release' AND r.status = 'queued')
         RETURNING p.ord, p.final, r.pk, r.tenant
     )
     SELECT (SELECT array_agg(p.ord ORDER BY p.id) FROM plan p),

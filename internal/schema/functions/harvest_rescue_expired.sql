@@ -2,6 +2,14 @@
 -- when it has used its attempts. A task finished meanwhile is not running
 -- any more and is never touched.
 --
+-- The expired attempt ends here, so it is counted in its run as an
+-- outcome counts it (the claim wrote nothing to the run): attempts + 1,
+-- and the task's claim time as the run's first when it has none. A run
+-- put back is stored 'queued': it was stored 'queued' (its first step, or
+-- a retry) or 'running' (a later step of a continued run, or a run a claim
+-- of the previous release marked running during a rolling upgrade), and
+-- reads queued either way once its task is pending again.
+--
 -- The expired leases are found among the running tasks (the partial index
 -- tasks_running, bounded by the fleet's slots), by their expiry on the
 -- row: the expiry itself is not indexed, so that a heartbeat writes no
@@ -30,7 +38,8 @@ BEGIN
     IF v_ids IS NULL THEN
         RETURN;
     END IF;
-    -- The runs that have used their attempts, then their tenants' rows.
+    -- The runs (each is written below: its attempt counted, or failed),
+    -- then the tenants' rows of those that have used their attempts.
     PERFORM 1 FROM runs r
     WHERE r.pk IN (SELECT t.run_pk FROM tasks t WHERE t.id = ANY (v_ids))
     ORDER BY r.pk FOR UPDATE;
@@ -41,7 +50,7 @@ BEGIN
         WHERE t.id = ANY (v_ids) AND t.attempt >= r.max_attempts
           AND r.status NOT IN ('completed', 'failed', 'cancelled')));
     FOR r_task IN
-        SELECT t.id, t.run_pk, t.attempt, r.max_attempts
+        SELECT t.id, t.run_pk, t.attempt, t.claimed_at, r.max_attempts
         FROM tasks t LEFT JOIN runs r ON r.pk = t.run_pk
         WHERE t.id = ANY (v_ids)
         ORDER BY t.lease_expires_at
@@ -49,12 +58,15 @@ BEGIN
         IF r_task.attempt >= coalesce(r_task.max_attempts, 1) THEN
             UPDATE tasks SET state = 'done', lease_expires_at = NULL WHERE id = r_task.id;
             PERFORM harvest_run_finish(r_task.run_pk, 'failed', NULL,
-                format('lease expired on attempt %s of %s', r_task.attempt, r_task.max_attempts));
+                format('lease expired on attempt %s of %s', r_task.attempt, r_task.max_attempts),
+                1, r_task.claimed_at);
             failed := failed + 1;
         ELSE
             UPDATE tasks SET state = 'pending', lease_token = NULL, lease_expires_at = NULL, claimed_by = NULL
             WHERE id = r_task.id;
-            UPDATE runs SET status = 'queued' WHERE pk = r_task.run_pk AND status = 'running';
+            UPDATE runs SET status = 'queued', attempts = attempts + 1,
+                            claimed_at = coalesce(claimed_at, r_task.claimed_at)
+            WHERE pk = r_task.run_pk AND status IN ('queued', 'running');
             rescued := rescued + 1;
         END IF;
     END LOOP;

@@ -350,7 +350,7 @@ func (f *fleet) unclaimed(ctx context.Context, prefix string) (int, error) {
 	total := 0
 	for i, p := range f.pools {
 		var n int
-		if err := p.QueryRow(ctx, `SELECT count(*) FROM runs WHERE id LIKE $1 AND claimed_at IS NULL`, prefix+"%").Scan(&n); err != nil {
+		if err := p.QueryRow(ctx, `SELECT count(*) FROM runs_seen WHERE id LIKE $1 AND claimed_at IS NULL`, prefix+"%").Scan(&n); err != nil {
 			return 0, fmt.Errorf("startbench: shard %d: %w", i, err)
 		}
 		total += n
@@ -365,7 +365,7 @@ func (f *fleet) waits(ctx context.Context, prefix string) ([]time.Duration, int,
 	var out []time.Duration
 	unclaimed := 0
 	for i, p := range f.pools {
-		rows, err := p.Query(ctx, `SELECT extract(epoch FROM claimed_at - created_at)::float8 FROM runs WHERE id LIKE $1`, prefix+"%")
+		rows, err := p.Query(ctx, `SELECT extract(epoch FROM claimed_at - created_at)::float8 FROM runs_seen WHERE id LIKE $1`, prefix+"%")
 		if err != nil {
 			return nil, 0, fmt.Errorf("startbench: shard %d: %w", i, err)
 		}
@@ -389,7 +389,7 @@ func (f *fleet) waits(ctx context.Context, prefix string) ([]time.Duration, int,
 func (f *fleet) ids(ctx context.Context, prefix string) (map[string]bool, error) {
 	out := map[string]bool{}
 	for i, p := range f.pools {
-		rows, err := p.Query(ctx, `SELECT id FROM runs WHERE id LIKE $1`, prefix+"%")
+		rows, err := p.Query(ctx, `SELECT id FROM runs_seen WHERE id LIKE $1`, prefix+"%")
 		if err != nil {
 			return nil, fmt.Errorf("startbench: shard %d: %w", i, err)
 		}
