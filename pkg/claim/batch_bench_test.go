@@ -3,6 +3,8 @@ package claim_test
 import (
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
@@ -27,25 +29,7 @@ func BenchmarkClaimBatchMix(b *testing.B) {
 	tb.exec(`SELECT harvest_fair_repair('q')`)
 	tb.exec(`VACUUM ANALYZE tasks`)
 	tb.exec(`VACUUM ANALYZE runs`)
-	conn, err := tb.db.Acquire(tb.ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(tb.ctx, `SET track_functions = 'pl'`); err != nil {
-		b.Fatal(err)
-	}
-	calls := func(fn string) float64 {
-		var n float64
-		if err := conn.QueryRow(tb.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
-			WHERE funcname = $1`, fn).Scan(&n); err != nil {
-			b.Fatal(err)
-		}
-		return n
-	}
-	if _, err := conn.Exec(tb.ctx, `SELECT pg_stat_reset()`); err != nil {
-		b.Fatal(err)
-	}
+	conn, calls := stepCounter(b, tb)
 	// The mix of one batch, each row in a run of its own: 1 and 2 of
 	// priority 1, 3 and 4 continuations pinned to the worker, 5 and 6
 	// continuations pinned to no one.
@@ -83,9 +67,6 @@ func BenchmarkClaimBatchMix(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	if _, err := conn.Exec(tb.ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
-		b.Fatal(err)
-	}
 	if i > 0 {
 		b.ReportMetric(calls("harvest_claim_step")/float64(i), "steps/op")
 		b.ReportMetric((calls("harvest_claim_bulk_fair")+calls("harvest_claim_lone"))/float64(i), "bulk/op")
@@ -115,25 +96,7 @@ func BenchmarkClaimBatchQuota(b *testing.B) {
 	tb.exec(`SELECT harvest_fair_repair('q')`)
 	tb.exec(`VACUUM ANALYZE tasks`)
 	tb.exec(`VACUUM ANALYZE runs`)
-	conn, err := tb.db.Acquire(tb.ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(tb.ctx, `SET track_functions = 'pl'`); err != nil {
-		b.Fatal(err)
-	}
-	calls := func(fn string) float64 {
-		var n float64
-		if err := conn.QueryRow(tb.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
-			WHERE funcname = $1`, fn).Scan(&n); err != nil {
-			b.Fatal(err)
-		}
-		return n
-	}
-	if _, err := conn.Exec(tb.ctx, `SELECT pg_stat_reset()`); err != nil {
-		b.Fatal(err)
-	}
+	conn, calls := stepCounter(b, tb)
 	req := claim.Request{Queue: "q", Worker: "w", Fair: true}
 	i := 0
 	b.ResetTimer()
@@ -148,11 +111,37 @@ func BenchmarkClaimBatchQuota(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	if _, err := conn.Exec(tb.ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
-		b.Fatal(err)
-	}
 	if i > 0 {
 		b.ReportMetric(calls("harvest_claim_step")/float64(i), "steps/op")
 		b.ReportMetric(calls("harvest_claim_bulk_fair")/float64(i), "bulk/op")
+	}
+}
+
+// stepCounter gives a benchmark its own connection, on which PL/pgSQL
+// calls are counted from zero, and calls(fn): the calls of fn on it so
+// far, which say how many single and bulk steps the batches took. The
+// connection goes back to the pool when the benchmark ends.
+func stepCounter(b *testing.B, tb *bundle) (*pgxpool.Conn, func(fn string) float64) {
+	conn, err := tb.db.Acquire(tb.ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(conn.Release)
+	for _, q := range []string{`SET track_functions = 'pl'`, `SELECT pg_stat_reset()`} {
+		if _, err := conn.Exec(tb.ctx, q); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return conn, func(fn string) float64 {
+		// Counts reach the statistics views once flushed.
+		if _, err := conn.Exec(tb.ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			b.Fatal(err)
+		}
+		var n float64
+		if err := conn.QueryRow(tb.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+			WHERE funcname = $1`, fn).Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		return n
 	}
 }

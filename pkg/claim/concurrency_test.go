@@ -151,39 +151,84 @@ func TestOneKeyFloodServedByAllClaimers(t *testing.T) {
 }
 
 // A concurrency cap holds when several claimers race for it: the quota
-// row's lock makes the count and the lease one step.
+// row's lock makes the count and the lease one step. It runs at 1, 4 and
+// 16 claimers, by single claims and by batches (whose fair bulk steps
+// apply the rechecks themselves), with half the rows committed while the
+// claimers run.
 func TestConcurrencyCapHoldsUnderConcurrentClaims(t *testing.T) {
 	t.Parallel()
-	const C, limit, n = 4, 2, 120
+	for _, tc := range []struct{ claimers, batch int }{{1, 1}, {4, 1}, {4, 5}, {16, 1}, {16, 5}} {
+		t.Run(fmt.Sprintf("claimers=%d/batch=%d", tc.claimers, tc.batch), func(t *testing.T) {
+			t.Parallel()
+			capHolds(t, tc.claimers, tc.batch)
+		})
+	}
+}
+
+func capHolds(t *testing.T, claimers, batch int) {
+	const limit, n = 2, 120
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	cfg, err := pgxpool.ParseConfig(testsvc.NewDBURL(t))
 	require.NoError(t, err)
-	cfg.MaxConns = C + 1
+	cfg.MaxConns = int32(claimers + 2)
 	db, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	defer db.Close()
 	b := &bundle{ctx: ctx, db: db, t: t}
 	run := b.run(runOpts{})
 	b.exec(`INSERT INTO quotas (queue, quota_key, max_concurrent) VALUES ('q', 'capped', $1)`, limit)
-	b.exec(`INSERT INTO tasks (run_pk, queue, fairness_key, quota_key)
-		SELECT $1, 'q', 'k' || (g % 7), 'capped' FROM generate_series(1, $2) g`, run, n)
+	// Half the rows before the claimers start, the rest committed in small
+	// groups while they run; rows of other keys without a quota besides.
+	insert := func(from, to int) {
+		b.exec(`INSERT INTO tasks (run_pk, queue, fairness_key, quota_key)
+			SELECT $1, 'q', 'k' || (g % 7), CASE WHEN g % 3 = 0 THEN '' ELSE 'capped' END
+			FROM generate_series($2::int, $3::int) g`, run, from, to)
+	}
+	insert(1, n/2)
 
 	var inflight, peak, done atomic.Int64
 	var wg sync.WaitGroup
-	for w := range C {
+	wg.Go(func() {
+		for g := n/2 + 1; g <= n; g += 6 {
+			insert(g, min(g+5, n))
+			time.Sleep(time.Millisecond)
+		}
+	})
+	for w := range claimers {
 		wg.Go(func() {
-			req := claim.Request{Queue: "q", Worker: string(rune('a' + w)), Fair: w%2 == 0}
+			req := claim.Request{Queue: "q", Worker: fmt.Sprintf("w%d", w), Fair: w%2 == 0}
 			for done.Load() < n {
-				r, err := claim.Claim(ctx, db, req)
-				if err != nil {
-					t.Error(err)
-					return
+				var rs []claim.Result
+				if batch == 1 {
+					r, err := claim.Claim(ctx, db, req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					rs = []claim.Result{r}
+				} else {
+					var err error
+					if rs, err = claim.ClaimBatch(ctx, db, req, batch); err != nil {
+						t.Error(err)
+						return
+					}
 				}
-				if !r.OK {
-					continue
+				var held []claim.Task
+				for _, r := range rs {
+					if r.OK && r.Task.QuotaKey == "capped" {
+						held = append(held, r.Task)
+					} else if r.OK {
+						if err := claim.Complete(ctx, db, r.Task.ID, r.Task.LeaseToken, nil); err != nil {
+							t.Error(err)
+							return
+						}
+						done.Add(1)
+					}
 				}
-				cur := inflight.Add(1)
+				// Counted from after the claim's commit to before the
+				// completion's: never more than the database holds.
+				cur := inflight.Add(int64(len(held)))
 				for {
 					p := peak.Load()
 					if cur <= p || peak.CompareAndSwap(p, cur) {
@@ -191,18 +236,23 @@ func TestConcurrencyCapHoldsUnderConcurrentClaims(t *testing.T) {
 					}
 				}
 				time.Sleep(time.Millisecond)
-				inflight.Add(-1)
-				if err := claim.Complete(ctx, db, r.Task.ID, r.Task.LeaseToken, nil); err != nil {
-					t.Error(err)
-					return
+				inflight.Add(-int64(len(held)))
+				for _, h := range held {
+					if err := claim.Complete(ctx, db, h.ID, h.LeaseToken, nil); err != nil {
+						t.Error(err)
+						return
+					}
+					done.Add(1)
 				}
-				done.Add(1)
 			}
 		})
 	}
 	wg.Wait()
 	require.EqualValues(t, n, done.Load())
 	require.LessOrEqual(t, peak.Load(), int64(limit))
+	var left int
+	require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE state <> 'done'`).Scan(&left))
+	require.Zero(t, left, "every row claimed and completed")
 }
 
 // Light keys that come back as soon as they are served (each one in debt by

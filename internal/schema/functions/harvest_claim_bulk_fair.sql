@@ -39,10 +39,11 @@
 --      many single claims would (see there): a refused row takes its key
 --      out of the plan, and the refusals ride on the rows taken after
 --      them;
---   4. locks the rows of the plan (waiting, as the single fair claim does;
---      a row that left the pending state or moved meanwhile ends the plan
---      before it), leases them, and writes each key's charges and new head
---      once, the clock, and the debt marks.
+--   4. leases the rows kept, and writes each key's charges and new head
+--      once, the clock, and the debt marks. (The plan's rows are locked
+--      before 3a, waiting as the single fair claim does, and before any
+--      quota row, in the single claim's lock order: a row that left the
+--      pending state or moved meanwhile ends the plan before it.)
 DROP FUNCTION IF EXISTS harvest_claim_bulk_fair(text, text, timestamptz, interval, integer);
 DROP FUNCTION IF EXISTS harvest_claim_bulk_fair(text, text, timestamptz, interval, integer, boolean);
 CREATE OR REPLACE FUNCTION harvest_claim_bulk_fair(p_queue text, p_worker text, p_now timestamptz,
@@ -268,6 +269,32 @@ BEGIN
         RETURN;
     END IF;
 
+    -- 3. (end) Lock the plan's rows, before any quota row: a single claim
+    -- locks its row and then its quota row (harvest_quota_recheck), so
+    -- taking the quota rows first here could deadlock with an ordinary
+    -- claim holding a row of the plan. A row that left the pending state
+    -- or moved meanwhile ends the plan before it; a row the rechecks
+    -- below refuse stays locked, untouched, until the commit, as the
+    -- single claim's refused rows do.
+    SELECT array_agg(x.id) INTO v_locked FROM (
+        SELECT t.id FROM tasks t
+        JOIN unnest(v_ids, v_pkeys, v_conts, v_dues) AS p(id, key, cont, due) ON p.id = t.id
+        WHERE t.state = 'pending' AND t.queue = p_queue AND t.fairness_key = p.key AND t.priority = v_prio
+          AND t.continuation = p.cont AND t.due_at = p.due
+        ORDER BY t.id FOR UPDATE OF t) x;
+    FOR v_i IN 1..v_k LOOP
+        IF v_locked IS NULL OR NOT (v_ids[v_i] = ANY (v_locked)) THEN
+            v_k := v_i - 1;
+            -- The rows read after each key's last claim no longer follow
+            -- the plan: look the new heads up instead.
+            v_nkeys := NULL;
+            EXIT;
+        END IF;
+    END LOOP;
+    IF v_k = 0 THEN
+        RETURN;
+    END IF;
+
     -- 3a. The rechecks, as the single claims would make them one by one.
     -- Every quota row of the plan is locked (in key order) before its
     -- running rows are counted, as harvest_quota_recheck locks it. Then the
@@ -390,28 +417,6 @@ BEGIN
         RETURN;
     END IF;
 
-    -- 4. Lock the plan's rows; one that left the pending state or moved
-    -- meanwhile ends the plan before it.
-    SELECT array_agg(x.id) INTO v_locked FROM (
-        SELECT t.id FROM tasks t
-        JOIN unnest(v_ids, v_pkeys, v_conts, v_dues) AS p(id, key, cont, due) ON p.id = t.id
-        WHERE t.state = 'pending' AND t.queue = p_queue AND t.fairness_key = p.key AND t.priority = v_prio
-          AND t.continuation = p.cont AND t.due_at = p.due
-        ORDER BY t.id FOR UPDATE OF t) x;
-    FOR v_i IN 1..v_k LOOP
-        IF v_locked IS NULL OR NOT (v_ids[v_i] = ANY (v_locked)) THEN
-            v_k := v_i - 1;
-            -- The rows read after each key's last claim no longer follow
-            -- the plan: look the new heads up instead. The refusals of
-            -- claims after the end of the plan are the next step's.
-            v_nkeys := NULL;
-            v_stop := NULL;
-            EXIT;
-        END IF;
-    END LOOP;
-    IF v_k = 0 THEN
-        RETURN;
-    END IF;
     v_ids := v_ids[1:v_k];
     v_pkeys := v_pkeys[1:v_k];
     v_tags := v_tags[1:v_k];

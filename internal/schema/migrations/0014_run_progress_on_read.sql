@@ -23,19 +23,12 @@
 -- runs, for these three columns. Its other columns are the run's own.
 -- Writers and the claim keep reading runs.
 --
--- The task lookup reads tasks_running_run (below): the lateral read is
--- gated on the run being unfinished, so a listing of finished runs reads
--- no task, and an unfinished run reads its running tasks only, not its
--- history of steps (tasks_run_pk would visit every task of a many-step
--- run on every read).
-CREATE INDEX tasks_running_run ON tasks (run_pk) WHERE state = 'running';
--- Cost: one more index entry per task version that is running, i.e. one
--- per claim (the claim's update of the task changes its state, so it is
--- never a HOT update and writes its running version into tasks_running
--- already); a heartbeat stays HOT (neither run_pk nor state changes), and
--- the outcome's version (not running) gets no entry. The index holds the
--- running tasks, bounded by the fleet's slots, and the dead entries
--- vacuum has not removed yet.
+-- The task lookup reads tasks_run_pk (a run's few tasks: one per step)
+-- and is gated on the run being unfinished, so a listing of finished runs
+-- reads no task. No index of its own: a partial index of the running
+-- tasks by run would take one more B-tree entry on every claim (the
+-- claim's update of a task is never HOT, its state changes), the hot path,
+-- to save a few heap reads on the reads of runs, which are far rarer.
 
 CREATE VIEW runs_seen AS
 SELECT r.pk, r.tenant, r.id, r.name, r.queue, r.fairness_key, r.quota_key, r.priority, r.input,
