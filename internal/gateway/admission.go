@@ -159,8 +159,8 @@ func (h admitHook) Rule(shard int) (tenantcap.Rule, error) {
 
 // Acquire implements tenantcap.Ruler: capacity for starts the shard's lease
 // could not cover.
-func (h admitHook) Acquire(ctx context.Context, shard, need int) (int, error) {
-	return h.a.adm.Acquire(ctx, shard, need)
+func (h admitHook) Acquire(ctx context.Context, shard, seen, need int) (int, error) {
+	return h.a.adm.Acquire(ctx, shard, seen, need)
 }
 
 // Decided implements tenantcap.Ruler: it counts a group's decisions by

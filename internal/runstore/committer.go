@@ -49,8 +49,12 @@ const maxTxAttempts = 4
 
 // maxLeaseRounds bounds how many groups a start is sent in while its
 // shard takes capacity for it: other starts of the shard may use up what
-// was taken before it gets there.
-const maxLeaseRounds = 3
+// was taken before it gets there. A batch split over groups that commit
+// at once is the usual case; each take also covers what the others
+// admitted since its statement (Leases.Acquire), so one more round is
+// rarely needed, but three proved too few for two groups (a start the
+// last round still finds short is refused as if the system were full).
+const maxLeaseRounds = 8
 
 // ErrClosed means the committer was closed before the start was handed in.
 var ErrClosed = errors.New("runstore: committer closed")
@@ -452,7 +456,10 @@ func (c *Committer) takeCapacity(ctx context.Context, ruler tenantcap.Ruler, rul
 	got := lease
 	if !last && need > lease {
 		var err error
-		if got, err = ruler.Acquire(ctx, c.shard, need); err != nil {
+		// The statement's count: starts of other groups admitted since
+		// then took capacity this need does not count (Leases.Acquire).
+		seen := int(short[0].st.Shard)
+		if got, err = ruler.Acquire(ctx, c.shard, seen, need); err != nil {
 			for _, it := range short {
 				it.err = err
 			}

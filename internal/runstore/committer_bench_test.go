@@ -25,8 +25,8 @@ type ruleAdmitter struct{ askAdmitter }
 func (ruleAdmitter) Rule(int) (tenantcap.Rule, error) {
 	return tenantcap.Rule{Config: tenantcap.DefaultConfig(), MaxRuns: 1 << 30}, nil
 }
-func (ruleAdmitter) Acquire(context.Context, int, int) (int, error) { return 0, nil }
-func (ruleAdmitter) Decided(int, []tenantcap.Decision)              {}
+func (ruleAdmitter) Acquire(context.Context, int, int, int) (int, error) { return 0, nil }
+func (ruleAdmitter) Decided(int, []tenantcap.Decision)                   {}
 
 // BenchmarkCommitter measures starts through one committer: 8 concurrent
 // callers of one tenant with one key (the shape of `harvest-bench starts`

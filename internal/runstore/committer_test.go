@@ -67,8 +67,8 @@ func staticLimit(limit int) tenantcap.Rule {
 		Tenants: 1000, RetryAfter: time.Second}
 }
 
-func (r *ruled) Rule(int) (tenantcap.Rule, error)               { return r.rule, nil }
-func (r *ruled) Acquire(context.Context, int, int) (int, error) { return 0, nil }
+func (r *ruled) Rule(int) (tenantcap.Rule, error)                    { return r.rule, nil }
+func (r *ruled) Acquire(context.Context, int, int, int) (int, error) { return 0, nil }
 
 func (r *ruled) Decided(admitted int, refused []tenantcap.Decision) {
 	r.mu.Lock()

@@ -315,7 +315,7 @@ func (m *mover) capacity(ctx context.Context, src, dst, need int) error {
 			return fmt.Errorf("read the count of shard %d: %w", dst, err)
 		}
 		want := int(total) + need
-		lease, err := m.leases.Acquire(ctx, dst, want)
+		lease, err := m.leases.Acquire(ctx, dst, int(total), want)
 		if err != nil {
 			return fmt.Errorf("capacity of shard %d: %w", dst, err)
 		}
@@ -325,7 +325,7 @@ func (m *mover) capacity(ctx context.Context, src, dst, need int) error {
 		if _, err := m.leases.GiveBack(ctx, src, 0); err != nil {
 			m.o.Log.Debug("tenantmove: give back the old home's idle capacity", "shard", src, "err", err)
 		}
-		if lease, err = m.leases.Acquire(ctx, dst, want); err != nil {
+		if lease, err = m.leases.Acquire(ctx, dst, int(total), want); err != nil {
 			return fmt.Errorf("capacity of shard %d: %w", dst, err)
 		}
 		if lease >= want {

@@ -139,7 +139,7 @@ func (a *Admitter) judge(ctx context.Context, shard int, tenant string, own, loc
 	if need <= lease {
 		return d, nil
 	}
-	got, err := a.Acquire(ctx, shard, need)
+	got, err := a.Acquire(ctx, shard, local, need)
 	if err != nil {
 		return Decision{}, err
 	}
@@ -162,14 +162,15 @@ func (a *Admitter) Rule(shard int) (Rule, error) {
 		Leased: a.leases != nil, RetryAfter: a.retryAfter}, nil
 }
 
-// Acquire implements Ruler: it makes the shard's lease at least need
-// (Leases.Acquire) and returns the lease then. Without Leases there is no
-// lease to grow and it returns 0. A failure is an *api.Error 503.
-func (a *Admitter) Acquire(ctx context.Context, shard, need int) (int, error) {
+// Acquire implements Ruler: it makes the shard's lease at least need,
+// grown by the runs the shard admitted since it held seen (Leases.Acquire),
+// and returns the lease then. Without Leases there is no lease to grow and
+// it returns 0. A failure is an *api.Error 503.
+func (a *Admitter) Acquire(ctx context.Context, shard, seen, need int) (int, error) {
 	if a.leases == nil {
 		return 0, nil
 	}
-	got, err := a.leases.Acquire(ctx, shard, need)
+	got, err := a.leases.Acquire(ctx, shard, seen, need)
 	if err != nil {
 		return 0, api.NewError(api.CodeUnavailable, "admission: could not take capacity for shard %d from shard 0; try again shortly", shard)
 	}

@@ -139,11 +139,15 @@ func (l *Leases) remember(shard int, s LeaseState) {
 
 // Acquire makes the shard's lease at least need, if the ledger can spare
 // it, and returns the lease then (smaller than need when it could not).
+// seen is the shard's count of unfinished runs that need was worked out
+// from: starts the shard admitted since then used capacity the caller
+// did not count on, so need grows by as many (a caller that holds the
+// shard's admission lock, or read the count just now, passes that count).
 // It grants at least a block at a time. When the ledger is short it first
 // takes back the idle capacity of the other shards. It may be called
 // while the caller holds the shard's admission lock: it never waits on
 // another shard's.
-func (l *Leases) Acquire(ctx context.Context, shard, need int) (int, error) {
+func (l *Leases) Acquire(ctx context.Context, shard, seen, need int) (int, error) {
 	if shard < 0 || shard >= len(l.dbs) {
 		return 0, fmt.Errorf("tenantcap: shard %d out of range (%d shards)", shard, len(l.dbs))
 	}
@@ -155,6 +159,10 @@ func (l *Leases) Acquire(ctx context.Context, shard, need int) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrLeaseUnavailable, err)
 	}
+	// Two start groups of a shard can both be short by the same count:
+	// without this the second would find the first's capacity, already
+	// spent, and ask for none.
+	need += max(0, int(st.Running)-seen)
 	if st.Lease() >= need {
 		return st.Lease(), nil
 	}
@@ -166,8 +174,7 @@ func (l *Leases) Acquire(ctx context.Context, shard, need int) (int, error) {
 		if st.Lease() >= need {
 			return st.Lease(), nil
 		}
-		short := need - st.Lease()
-		granted, ok, err := l.grant(ctx, shard, short, max(short, l.block))
+		granted, ok, err := l.grant(ctx, shard, need, st.Returned)
 		if err != nil {
 			return st.Lease(), err
 		}
@@ -195,10 +202,16 @@ func (l *Leases) Acquire(ctx context.Context, shard, need int) (int, error) {
 	return st.Lease(), nil
 }
 
-// grant grants shard between least and want more capacity in the ledger,
-// as much of want as is free. ok is false when not even least is free;
-// granted is the shard's new total granted.
-func (l *Leases) grant(ctx context.Context, shard, least, want int) (granted int64, ok bool, err error) {
+// grant makes the shard's account in the ledger hold at least need,
+// granting a block or more at a time when capacity is free. The account,
+// not the shard's lease, is the base: a grant to the shard by another
+// gateway that the shard has not taken in yet counts, or two Acquires of
+// one shard would each ask for the whole shortfall and the second find
+// too little free. returned is the shard's own total returned, which may
+// be ahead of the ledger's until the ledger takes the return in. ok is
+// false when not even the shortfall is free; granted is the shard's total
+// granted afterwards.
+func (l *Leases) grant(ctx context.Context, shard, need int, returned int64) (granted int64, ok bool, err error) {
 	err = pgx.BeginFunc(ctx, l.dbs[0], func(tx pgx.Tx) error {
 		// The lock, the row and the read each in a statement of its own:
 		// the read's snapshot is taken after the lock, so it holds every
@@ -214,16 +227,24 @@ func (l *Leases) grant(ctx context.Context, shard, least, want int) (granted int
 		if err != nil {
 			return err
 		}
-		held := int64(0)
+		held, own := int64(0), ledgerRow{}
 		for _, r := range ledger {
 			held += r.Granted - r.Returned
+			if r.Shard == shard {
+				own = r
+			}
+		}
+		short := int64(need) - (own.Granted - max(own.Returned, returned))
+		if short <= 0 {
+			ok, granted = true, own.Granted
+			return nil
 		}
 		free := int64(l.maxRuns) - held
-		if free < int64(least) {
+		if free < short {
 			return nil
 		}
 		ok = true
-		return tx.QueryRow(ctx, sqlLedgerGrant, shard, min(int64(want), free)).Scan(&granted)
+		return tx.QueryRow(ctx, sqlLedgerGrant, shard, min(max(short, int64(l.block)), free)).Scan(&granted)
 	})
 	if err != nil {
 		return 0, false, fmt.Errorf("%w: grant to shard %d: %w", ErrLeaseUnavailable, shard, err)

@@ -122,7 +122,7 @@ func TestLeasesNeverExceedMaxRuns(t *testing.T) {
 				s := r.IntN(2)
 				switch r.IntN(4) {
 				case 0:
-					_, err := b.leases.Acquire(b.ctx, s, r.IntN(maxRuns)+1)
+					_, err := b.leases.Acquire(b.ctx, s, 0, r.IntN(maxRuns)+1)
 					require.NoError(t, err)
 				case 1:
 					_, err := b.leases.GiveBack(b.ctx, s, r.IntN(3))
@@ -166,7 +166,7 @@ func TestLeasesNeverExceedMaxRuns(t *testing.T) {
 func TestLeaseTransfersCrashSafe(t *testing.T) {
 	t.Parallel()
 	b := setupLeases(t, 2, 10, 2)
-	got, err := b.leases.Acquire(b.ctx, 0, 6)
+	got, err := b.leases.Acquire(b.ctx, 0, 0, 6)
 	require.NoError(t, err)
 	require.Equal(t, 6, got)
 
@@ -177,7 +177,7 @@ func TestLeaseTransfersCrashSafe(t *testing.T) {
 	st, err := b.leases.State(b.ctx, 1)
 	require.NoError(t, err)
 	require.Zero(t, st.Lease(), "not taken in yet: lost for now")
-	got, err = b.leases.Acquire(b.ctx, 0, 7)
+	got, err = b.leases.Acquire(b.ctx, 0, 0, 7)
 	require.NoError(t, err)
 	require.Equal(t, 6, got, "the ledger counts the lost grant: nothing is made")
 
@@ -212,25 +212,25 @@ func TestLeaseAcquireReclaimsIdleCapacity(t *testing.T) {
 	t.Parallel()
 	b := setupLeases(t, 2, 10, 0)
 	require.Equal(t, 2, b.leases.Block(), "max_runs over four times the shards, rounded up")
-	got, err := b.leases.Acquire(b.ctx, 0, 8)
+	got, err := b.leases.Acquire(b.ctx, 0, 0, 8)
 	require.NoError(t, err)
 	require.Equal(t, 8, got)
 	for range 5 {
 		require.True(t, b.start(t, 0))
 	}
-	got, err = b.leases.Acquire(b.ctx, 1, 5)
+	got, err = b.leases.Acquire(b.ctx, 1, 0, 5)
 	require.NoError(t, err)
 	require.Equal(t, 5, got, "2 free in the ledger and 3 idle on shard 0")
 	st, err := b.leases.State(b.ctx, 0)
 	require.NoError(t, err)
 	require.Equal(t, 5, st.Lease(), "shard 0 keeps what its runs use")
-	got, err = b.leases.Acquire(b.ctx, 1, 6)
+	got, err = b.leases.Acquire(b.ctx, 1, 0, 6)
 	require.NoError(t, err)
 	require.Equal(t, 5, got, "nothing idle is left")
 
 	one := setupLeases(t, 1, 10, 0)
 	require.Equal(t, 10, one.leases.Block())
-	got, err = one.leases.Acquire(one.ctx, 0, 1)
+	got, err = one.leases.Acquire(one.ctx, 0, 0, 1)
 	require.NoError(t, err)
 	require.Equal(t, 10, got)
 }
@@ -247,7 +247,7 @@ func TestFirstGrantsAtOnceShareMaxRuns(t *testing.T) {
 	for s := range 6 {
 		wg.Go(func() {
 			<-start
-			_, err := b.leases.Acquire(b.ctx, s, maxRuns)
+			_, err := b.leases.Acquire(b.ctx, s, 0, maxRuns)
 			require.NoError(t, err)
 		})
 	}
@@ -264,4 +264,54 @@ func TestFirstGrantsAtOnceShareMaxRuns(t *testing.T) {
 		sum += st.Lease()
 	}
 	require.LessOrEqual(t, sum, maxRuns, "leases %v", leases)
+}
+
+// Several Acquires of one shard at once, which the ledger can all satisfy,
+// each end with the lease they asked for: one that finds another's grant
+// in the ledger, not yet taken in by the shard, counts it instead of
+// asking for the whole shortfall again and finding too little free.
+func TestConcurrentAcquiresOfOneShardShareTheGrant(t *testing.T) {
+	t.Parallel()
+	const maxRuns = 10
+	for round := range 5 {
+		b := setupLeases(t, 2, maxRuns, 1)
+		start := make(chan struct{})
+		got := make([]int, 8)
+		var wg sync.WaitGroup
+		for i := range got {
+			wg.Go(func() {
+				<-start
+				var err error
+				got[i], err = b.leases.Acquire(b.ctx, 0, 0, maxRuns)
+				require.NoError(t, err)
+			})
+		}
+		close(start)
+		wg.Wait()
+		for i, g := range got {
+			require.Equal(t, maxRuns, g, "round %d, Acquire %d of %v", round, i, got)
+		}
+	}
+}
+
+// Capacity that starts admitted after the caller saw the shard's count is
+// not the caller's: Acquire grows need by the runs the shard admitted
+// since then.
+func TestAcquireCountsRunsAdmittedSinceSeen(t *testing.T) {
+	t.Parallel()
+	b := setupLeases(t, 2, 20, 1)
+	got, err := b.leases.Acquire(b.ctx, 0, 0, 4)
+	require.NoError(t, err)
+	require.Equal(t, 4, got)
+	// Another group spends the capacity this caller's need was worked
+	// out against.
+	for range 4 {
+		require.True(t, b.start(t, 0))
+	}
+	got, err = b.leases.Acquire(b.ctx, 0, 0, 4)
+	require.NoError(t, err)
+	require.Equal(t, 8, got, "4 more than the 4 runs admitted since the count 0 was seen")
+	got, err = b.leases.Acquire(b.ctx, 0, 4, 8)
+	require.NoError(t, err)
+	require.Equal(t, 8, got, "seen now: nothing more")
 }

@@ -170,10 +170,11 @@ type Ruler interface {
 	// answered): an *api.Error reaches the caller as it is.
 	Rule(shard int) (Rule, error)
 	// Acquire takes capacity from the ledger for shard until its lease is
-	// at least need (Leases.Acquire), and returns the lease then. The
-	// committer calls it for the starts the statement refused as 'lease',
-	// outside any transaction, and sends them again.
-	Acquire(ctx context.Context, shard, need int) (int, error)
+	// at least need, grown by the runs the shard admitted since its count
+	// was seen (Leases.Acquire), and returns the lease then. The committer
+	// calls it for the starts the statement refused as 'lease', outside
+	// any transaction, and sends them again.
+	Acquire(ctx context.Context, shard, seen, need int) (int, error)
 	// Decided reports the decisions of a start group once it committed:
 	// how many new runs were admitted and the refusals (for metrics).
 	Decided(admitted int, refused []Decision)
