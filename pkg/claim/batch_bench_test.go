@@ -145,3 +145,55 @@ func stepCounter(b *testing.B, tb *bundle) (*pgxpool.Conn, func(fn string) float
 		return n
 	}
 }
+
+// BenchmarkClaimBatchTwoLevel times fair batches of 50 in a two-level
+// queue over a backlog of 40,000 rows: "tenants", 20 groups of 10 sub-keys
+// each (one group weighs 3, one sub-key of another 2); "skew", the shape
+// of BenchmarkClaimFairTwoLevel, one key with 90% of the rows and 500
+// light keys, each key a group of its own. The rows taken stay running
+// (the backlog outlasts the run). steps/op and bulk/op say how many single
+// steps and two-level bulk steps (harvest_claim_bulk_group) a batch took.
+func BenchmarkClaimBatchTwoLevel(b *testing.B) {
+	shapes := []struct{ name, key string }{
+		{"tenants", `'t' || r.pk % 20 || '/k' || (r.pk / 20) % 10`},
+		{"skew", `CASE WHEN r.pk % 10 = 0 THEN 'light-' || (r.pk / 10) % 500 ELSE 'heavy' END`},
+	}
+	for _, shape := range shapes {
+		b.Run(shape.name, func(b *testing.B) {
+			tb := setup(b)
+			tb.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'bench')`)
+			tb.exec(`SELECT harvest_group_weight_set('q', 't3', 3, 'bench')`)
+			tb.exec(`INSERT INTO weight_overrides (queue, key, weight) VALUES ('q', 't5/k1', 2)`)
+			tb.exec(`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`)
+			tb.exec(`INSERT INTO runs (tenant, id, name, queue, request_hash)
+				SELECT 't1', g::text, 'wf', 'q', '\x00' FROM generate_series(1, 40000) g`)
+			tb.exec(`INSERT INTO tasks (run_pk, queue, fairness_key, due_at)
+				SELECT r.pk, 'q', ` + shape.key + `,
+				       timestamptz '2026-01-01 00:00:00+00' + r.pk * interval '1 millisecond'
+				FROM runs r`)
+			tb.exec(`ALTER TABLE tasks ENABLE TRIGGER tasks_arrive_insert`)
+			tb.exec(`SELECT harvest_fair_repair('q')`)
+			tb.exec(`VACUUM ANALYZE tasks`)
+			tb.exec(`VACUUM ANALYZE runs`)
+			conn, calls := stepCounter(b, tb)
+			req := claim.Request{Queue: "q", Worker: "w", Fair: true}
+			i := 0
+			b.ResetTimer()
+			for b.Loop() {
+				i++
+				rs, err := claim.ClaimBatch(tb.ctx, conn, req, 50)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(rs) < 50 {
+					b.Fatalf("batch %d took %d rows", i, len(rs))
+				}
+			}
+			b.StopTimer()
+			if i > 0 {
+				b.ReportMetric(calls("harvest_claim_step")/float64(i), "steps/op")
+				b.ReportMetric(calls("harvest_claim_bulk_group")/float64(i), "bulk/op")
+			}
+		})
+	}
+}

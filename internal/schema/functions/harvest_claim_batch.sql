@@ -4,11 +4,15 @@
 -- of the queue's claims; but while the queue has a single key with work
 -- (harvest_queue_lone), fair batches take the lock shared and claim side
 -- by side (harvest_claim_lone). Bulk steps (harvest_claim_bulk_fair,
--- harvest_claim_bulk) take runs of rows at once where that gives the same
--- result (the fair one applies the quota rechecks itself, refusals
--- included, and starts from the refusals of the claim before it: the keys
--- of a higher priority than that claim's row all sit out); every other
--- step is the single claim. The single claim takes
+-- harvest_claim_bulk_group in a two-level queue, harvest_claim_bulk) take
+-- runs of rows at once where that gives the same result (the fair and the
+-- ordinary ones apply the quota rechecks themselves, refusals included;
+-- the fair one starts from the refusals of the claim before it: the keys
+-- of a higher priority than that claim's row all sit out; the ordinary
+-- one finds earlier refusals again, since refused rows stay first in the
+-- seek order; the two-level one ends its run before a refusal and is not
+-- asked after a claim that refused); every other step
+-- is the single claim. The single claim takes
 -- the rows pinned to its worker before any other, and the bulk steps know
 -- nothing of pins: so while a due row pinned to p_worker is pending the
 -- batch takes single steps, and once none is left it goes on in bulk (a
@@ -62,9 +66,8 @@ BEGIN
     -- harvest_queue_lone both before the lock and under it (a key folded in
     -- by an exclusive claim that held the lock meanwhile ends it).
     -- A queue with a fairness mode on (two-level, or charged by runtime)
-    -- never takes the lone step, which charges 1 per row; the bulk step
-    -- knows the runtime charge, and a two-level queue takes every row by
-    -- the single claim.
+    -- never takes the lone step, which charges 1 per row; the bulk steps
+    -- know the runtime charge, and a two-level queue has its own.
     IF p_fair THEN
         SELECT m.two_level, m.runtime INTO v_two, v_runtime FROM harvest_fair_mode(p_queue) m;
     END IF;
@@ -104,8 +107,9 @@ BEGIN
     r_mode := harvest_claim_prepare(p_queue, p_now, p_fair, p_release_early);
     v_two := r_mode.two_level;
     v_runtime := r_mode.runtime;
-    -- The fair bulk step knows the runtime charge, not the two levels.
-    v_bulk := p_aging = 0 AND NOT (p_fair AND v_two);
+    -- The fair bulk steps know the runtime charge; a two-level queue takes
+    -- its own (harvest_claim_bulk_group).
+    v_bulk := p_aging = 0;
     WHILE v_left > 0 LOOP
         -- One row is cheaper by the single claim than by a bulk plan. A
         -- bulk step only where the single claim would not take a pinned
@@ -115,7 +119,19 @@ BEGIN
         IF v_bulk AND v_left > 1
            AND NOT harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut) THEN
             v_got := 0;
-            IF p_fair THEN
+            IF p_fair AND v_two THEN
+                -- Its rows carry no refusals: it is not asked after a
+                -- claim that refused (that claim's refusals would come
+                -- again with every later claim), and it ends its plan
+                -- before a row a recheck refuses.
+                IF v_above IS NULL THEN
+                    FOR r_out IN SELECT * FROM harvest_claim_bulk_group(p_queue, p_worker, p_now, p_lease, v_left,
+                                                                        v_runtime) LOOP
+                        v_got := v_got + 1;
+                        RETURN NEXT r_out;
+                    END LOOP;
+                END IF;
+            ELSIF p_fair THEN
                 -- A last row 'refused': the claim after the rows taken
                 -- would have refused 8 rows; the batch ends with it.
                 FOR r_out IN SELECT * FROM harvest_claim_bulk_fair(p_queue, p_worker, p_now, p_lease, v_left, v_runtime,

@@ -7,9 +7,9 @@
 -- token bucket is refilled to p_now and, when a token is left, one is
 -- taken. The single claim's step 3 (harvest_claim_step). The fair bulk
 -- step (harvest_claim_bulk_fair, 3a) makes the same rechecks for all its
--- rows at once, with the same locks and the same numbers; the ordinary
--- bulk step stops before a row with a quota key and leaves it to the
--- single claim.
+-- rows at once, with the same locks and the same numbers, and so does the
+-- ordinary bulk step (harvest_claim_bulk, through
+-- harvest_bulk_ordinary_quotas).
 CREATE OR REPLACE FUNCTION harvest_quota_recheck(p_queue text, p_quota_key text, p_now timestamptz) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
