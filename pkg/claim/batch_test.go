@@ -244,22 +244,7 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 		// Quotas on the quota keys, or none: the bulk step applies their
 		// rechecks as the single claims would.
 		for _, qk := range []string{"x", "y"} {
-			var capArg, rate, burst any
-			switch rapid.IntRange(0, 3).Draw(rt, "quota kind") {
-			case 0:
-				continue
-			case 1:
-				capArg = rapid.IntRange(1, 4).Draw(rt, "cap")
-			case 2:
-				rate, burst = 0.5, float64(rapid.IntRange(1, 4).Draw(rt, "burst"))
-			case 3:
-				capArg = rapid.IntRange(1, 4).Draw(rt, "cap")
-				rate, burst = 1.0, float64(rapid.IntRange(1, 4).Draw(rt, "burst"))
-			}
-			for _, b := range []*bundle{single, batch} {
-				b.exec(`INSERT INTO quotas (queue, quota_key, max_concurrent, rate, burst) VALUES ('q', $1, $2, $3, $4)`,
-					qk, capArg, rate, burst)
-			}
+			drawQuota(rt, []*bundle{single, batch}, qk, 4, 0)
 		}
 		// Insert in a shuffled order, so ids do not follow keys.
 		order := rapid.Permutation(rows).Draw(rt, "order")

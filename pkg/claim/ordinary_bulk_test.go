@@ -199,22 +199,7 @@ func TestOrdinaryBulkMatchesSingleClaims(t *testing.T) {
 		run := []int64{single.run(runOpts{MaxAttempts: 100}), batch.run(runOpts{MaxAttempts: 100})}
 		nq := rapid.IntRange(1, 10).Draw(rt, "quota keys")
 		for q := range nq {
-			var capArg, rate, burst any
-			switch rapid.IntRange(0, 4).Draw(rt, "quota kind") {
-			case 0:
-				continue
-			case 1:
-				capArg = rapid.IntRange(1, 2).Draw(rt, "cap")
-			case 2:
-				rate, burst = 0.5, float64(rapid.IntRange(1, 3).Draw(rt, "burst"))
-			case 3:
-				capArg = rapid.IntRange(1, 3).Draw(rt, "cap")
-				rate, burst = 1.0, float64(rapid.IntRange(1, 3).Draw(rt, "burst"))
-			}
-			for _, b := range []*bundle{single, batch} {
-				b.exec(`INSERT INTO quotas (queue, quota_key, max_concurrent, rate, burst) VALUES ('q', $1, $2, $3, $4)`,
-					fmt.Sprintf("q%d", q), capArg, rate, burst)
-			}
+			drawQuota(rt, []*bundle{single, batch}, fmt.Sprintf("q%d", q), 3, 1)
 		}
 		// The rows, in one statement per database (ids in draw order).
 		var (

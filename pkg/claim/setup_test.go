@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/harvest-run/harvest/internal/testfactory"
 	"github.com/harvest-run/harvest/internal/testsvc"
@@ -97,4 +98,28 @@ func (b *bundle) exec(sql string, args ...any) {
 	b.t.Helper()
 	_, err := b.db.Exec(b.ctx, sql, args...)
 	require.NoError(b.t, err)
+}
+
+// drawQuota draws a quota for quota key qk of queue "q" and writes the same
+// on each twin database: none (an unlimited key), a concurrency cap, a
+// token bucket, or both, with caps and bursts from 1 to most. none is how
+// many extra draws of the kind also mean no quota, so a test can make
+// unlimited keys more common.
+func drawQuota(rt *rapid.T, twins []*bundle, qk string, most, none int) {
+	var capArg, rate, burst any
+	switch kind := rapid.IntRange(0, 3+none).Draw(rt, "quota kind"); {
+	case kind == 1:
+		capArg = rapid.IntRange(1, most).Draw(rt, "cap")
+	case kind == 2:
+		rate, burst = 0.5, float64(rapid.IntRange(1, most).Draw(rt, "burst"))
+	case kind == 3:
+		capArg = rapid.IntRange(1, most).Draw(rt, "cap")
+		rate, burst = 1.0, float64(rapid.IntRange(1, most).Draw(rt, "burst"))
+	default:
+		return
+	}
+	for _, b := range twins {
+		b.exec(`INSERT INTO quotas (queue, quota_key, max_concurrent, rate, burst) VALUES ('q', $1, $2, $3, $4)`,
+			qk, capArg, rate, burst)
+	}
 }

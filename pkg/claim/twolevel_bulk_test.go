@@ -157,22 +157,7 @@ func TestTwoLevelBulkPlanMatchesSingleClaims(t *testing.T) {
 			}
 		}
 		for _, qk := range []string{"x", "y"} {
-			var capArg, rate, burst any
-			switch rapid.IntRange(0, 3).Draw(rt, "quota kind") {
-			case 0:
-				continue
-			case 1:
-				capArg = rapid.IntRange(1, 4).Draw(rt, "cap")
-			case 2:
-				rate, burst = 0.5, float64(rapid.IntRange(1, 4).Draw(rt, "burst"))
-			case 3:
-				capArg = rapid.IntRange(2, 6).Draw(rt, "cap")
-				rate, burst = 1.0, float64(rapid.IntRange(2, 6).Draw(rt, "burst"))
-			}
-			for _, b := range []*bundle{single, batch} {
-				b.exec(`INSERT INTO quotas (queue, quota_key, max_concurrent, rate, burst) VALUES ('q', $1, $2, $3, $4)`,
-					qk, capArg, rate, burst)
-			}
+			drawQuota(rt, []*bundle{single, batch}, qk, 6, 0)
 		}
 		order := rapid.Permutation(rows).Draw(rt, "order")
 		for _, r := range order {
