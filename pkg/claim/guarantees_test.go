@@ -523,7 +523,7 @@ func TestGuaranteeTwoLevelHoldsAtConcurrency(t *testing.T) {
 }
 
 // Charged by runtime, one-level (batches through the fair bulk step) and
-// two-level (batches one row at a time), every attempt that ended is
+// two-level (batches through the two-level bulk step), every attempt that ended is
 // settled exactly once: one fair_held row per claim taken, whatever the
 // claimers, batches and noise, and none left once a last claim has folded
 // them.
