@@ -11,6 +11,19 @@
 -- promotes, skipping rows another promoter holds (harvest_promote_due).
 -- Returns the queue's modes as read under the fair lock (a change of modes
 -- waits for the lock); both false for an ordinary claim.
+--
+-- In a queue with quotas an ordinary claim takes the fair lock in shared
+-- mode first (ordinary claims still run side by side; a fair claim waits
+-- for them and they for it). The lock cycle this prevents: a fair claim
+-- waits for the pending rows it picks (it may not skip one) while it holds
+-- the quota rows of its earlier rows (an earlier step of its batch, or a
+-- refusal), and an ordinary claim waits for a quota row while it holds
+-- rows (its pick, its batch's earlier steps): each waited for the other
+-- (TestFairAndOrdinaryClaimsInTurnDoNotDeadlockOnAQuota). Ordinary claims
+-- never wait for a task row (their picks skip held rows), so with no fair
+-- claim beside them no cycle goes through a task row. A quota created
+-- while an ordinary claim runs that did not see it is the one gap: that
+-- claim runs without the lock.
 CREATE OR REPLACE FUNCTION harvest_claim_prepare(p_queue text, p_now timestamptz, p_fair boolean,
                                                  p_release_early boolean,
                                                  OUT two_level boolean, OUT runtime boolean)
@@ -21,6 +34,11 @@ BEGIN
     two_level := false;
     runtime := false;
     IF NOT p_fair THEN
+        -- In a queue with quotas the ordinary claims hold the fair lock
+        -- shared, so none runs beside a fair claim (see above).
+        IF EXISTS (SELECT 1 FROM quotas q WHERE q.queue = p_queue) THEN
+            PERFORM harvest_queue_lock_shared(p_queue);
+        END IF;
         PERFORM harvest_promote_due(p_queue, coalesce(p_now, now()), 1000);
         RETURN;
     END IF;

@@ -3,7 +3,8 @@
 -- queue's fairness state hold it, so they run one at a time and each sees
 -- what the previous one committed: the claims of a queue follow the
 -- reference model in the order they take this lock, whatever the number of
--- claimers. Starts and ordinary claims never take it.
+-- claimers. Starts never take it; ordinary claims of a queue with quotas take
+-- it shared (harvest_claim_prepare).
 CREATE OR REPLACE FUNCTION harvest_queue_lock(p_queue text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
