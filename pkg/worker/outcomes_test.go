@@ -159,7 +159,14 @@ func TestEveryOutcomeGoesThroughTheBatches(t *testing.T) {
 						return worker.Complete(nil), nil
 					},
 					"block": func(ctx context.Context, tk worker.Task) (worker.Result, error) {
-						blocked <- tk
+						// The task may be claimed again while the worker
+						// stops (the release makes it pending, and a claim
+						// in flight can take it): a later call must not
+						// wait for a reader that is gone.
+						select {
+						case blocked <- tk:
+						case <-ctx.Done():
+						}
 						<-ctx.Done()
 						return worker.Result{}, ctx.Err()
 					},
