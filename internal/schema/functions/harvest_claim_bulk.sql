@@ -16,7 +16,7 @@
 --   1. lock the quota rows of the quota keys of the next rows (read
 --      without locks, as many as are still wanted), in key order, count
 --      their running rows and refill their buckets to now, once per step
---      (harvest_bulk_ordinary_quotas);
+--      (harvest_bulk_quotas);
 --   2. read those rows again, locking them (SKIP LOCKED, as the single
 --      pick) and leaving out the rows taken already and the refused quota
 --      keys; a quota key 1 did not see (rows another claimer held or
@@ -100,7 +100,7 @@ BEGIN
                        v_qtok || array_agg(h.tokens ORDER BY h.quota_key),
                        v_qacc || array_agg(0 ORDER BY h.quota_key)
                 INTO v_qk, v_qcap, v_qrun, v_qrate, v_qtok, v_qacc
-                FROM harvest_bulk_ordinary_quotas(p_queue, v_new, v_now) h;
+                FROM harvest_bulk_quotas(p_queue, v_new, v_now) h;
             END IF;
         END IF;
 
@@ -125,7 +125,7 @@ BEGIN
                        v_qtok || array_agg(h.tokens ORDER BY h.quota_key),
                        v_qacc || array_agg(0 ORDER BY h.quota_key)
                 INTO v_qk, v_qcap, v_qrun, v_qrate, v_qtok, v_qacc
-                FROM harvest_bulk_ordinary_quotas(p_queue, v_new, v_now) h;
+                FROM harvest_bulk_quotas(p_queue, v_new, v_now) h;
             END IF;
         END IF;
 

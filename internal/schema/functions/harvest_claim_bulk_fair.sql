@@ -317,24 +317,14 @@ BEGIN
     -- that tag.
     IF EXISTS (SELECT 1 FROM unnest(v_qks[1:v_k]) q WHERE q <> '') THEN
         FOR r_quota IN
-            SELECT q.quota_key, q.max_concurrent, q.rate, q.burst FROM quotas q
-            WHERE q.queue = p_queue AND q.quota_key IN (SELECT DISTINCT u FROM unnest(v_qks[1:v_k]) u WHERE u <> '')
-            ORDER BY q.quota_key
-            FOR NO KEY UPDATE
+            SELECT * FROM harvest_bulk_quotas(p_queue, ARRAY(SELECT DISTINCT u FROM unnest(v_qks[1:v_k]) u WHERE u <> ''),
+                                              v_now)
         LOOP
             v_qk := array_append(v_qk, r_quota.quota_key);
             v_qcap := array_append(v_qcap, r_quota.max_concurrent);
-            v_qrun := array_append(v_qrun, CASE WHEN r_quota.max_concurrent IS NULL THEN 0 ELSE (
-                SELECT count(*)::integer FROM tasks x
-                WHERE x.queue = p_queue AND x.quota_key = r_quota.quota_key AND x.quota_key <> ''
-                  AND x.state = 'running') END);
+            v_qrun := array_append(v_qrun, r_quota.running);
             v_qrate := array_append(v_qrate, r_quota.rate);
-            v_qtok := array_append(v_qtok, CASE WHEN r_quota.rate IS NULL THEN NULL ELSE coalesce((
-                SELECT least(r_quota.burst,
-                             b.tokens + r_quota.rate * harvest_secs(greatest(harvest_us(v_now, b.updated_at), 0)))
-                FROM rate_buckets b
-                WHERE b.queue = p_queue AND b.quota_key = r_quota.quota_key
-                FOR NO KEY UPDATE), r_quota.burst) END);
+            v_qtok := array_append(v_qtok, r_quota.tokens);
             v_qacc := array_append(v_qacc, 0);
             v_qwhy := array_append(v_qwhy, NULL::text);
         END LOOP;

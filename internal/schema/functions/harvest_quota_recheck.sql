@@ -9,7 +9,7 @@
 -- step (harvest_claim_bulk_fair, 3a) makes the same rechecks for all its
 -- rows at once, with the same locks and the same numbers, and so does the
 -- ordinary bulk step (harvest_claim_bulk, through
--- harvest_bulk_ordinary_quotas).
+-- harvest_bulk_quotas).
 CREATE OR REPLACE FUNCTION harvest_quota_recheck(p_queue text, p_quota_key text, p_now timestamptz) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE

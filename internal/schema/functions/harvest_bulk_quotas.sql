@@ -1,12 +1,13 @@
--- The quotas of the quota keys p_keys in p_queue, for the rechecks of an
--- ordinary bulk step (harvest_claim_bulk): one row per key with a quota
+-- The quotas of the quota keys p_keys in p_queue, for the rechecks of the
+-- bulk steps (harvest_claim_bulk, harvest_claim_bulk_fair,
+-- harvest_claim_bulk_group): one row per key with a quota
 -- row, in key order, each quota row locked (FOR NO KEY UPDATE, as
 -- harvest_quota_recheck locks it) before its running rows are counted
 -- (running: 0 without a cap) and its bucket is locked and refilled to
 -- p_now (tokens: NULL without a rate; a bucket not written yet is full).
 -- The same numbers each single claim's recheck would start from.
-CREATE OR REPLACE FUNCTION harvest_bulk_ordinary_quotas(p_queue text, p_keys text[], p_now timestamptz,
-                                                        OUT quota_key text, OUT max_concurrent integer,
+CREATE OR REPLACE FUNCTION harvest_bulk_quotas(p_queue text, p_keys text[], p_now timestamptz,
+                                               OUT quota_key text, OUT max_concurrent integer,
                                                         OUT running integer, OUT rate double precision,
                                                         OUT tokens double precision)
 RETURNS SETOF record
