@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/pkg/claim"
@@ -281,18 +282,70 @@ func TestFairBatchRefusedHeadAbove(t *testing.T) {
 		tw.add("b", "", 0, 10+i, "")
 		tw.add("c", "", 0, 20+i, "")
 	}
-	_, err = conn.Exec(tw.b.ctx, `SET track_functions = 'pl'`)
-	require.NoError(t, err)
-	steps := func() int {
-		_, err := conn.Exec(tw.b.ctx, `SELECT pg_stat_force_next_flush()`)
-		require.NoError(t, err)
-		var n int
-		require.NoError(t, conn.QueryRow(tw.b.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
-			WHERE funcname = 'harvest_claim_step'`).Scan(&n))
-		return n
-	}
+	steps := countSteps(t, tw.b, conn)
 	before := steps()
 	got := tw.batchOn(t, conn, tw.req(true, "w1", 0), 10)
 	require.Len(t, got, 10)
 	require.Equal(t, 1, steps()-before, "one single step refuses the head; the bulk steps take the rest")
+}
+
+// A refused head among more keys than the batch asks for leaves the rest
+// of the plan in bulk: every other candidate's head is claimed before any
+// key outside the candidates, so the plan keeps them. (It used to stop at
+// the outside key's start tag once a key had left the plan; with every key
+// at the clock that is the first row, and the batch took single steps.)
+func TestFairBatchRefusedHeadAmongManyKeys(t *testing.T) {
+	t.Parallel()
+	tw := newRefusedHeadTwin(t)
+	tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
+	z := tw.add("z", "capped", 0, 0, "")
+	require.True(t, tw.m.ClaimByID(z, tw.req(true, "", 0)).OK)
+	conn, err := tw.b.db.Acquire(tw.b.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = claim.ClaimByID(tw.b.ctx, conn, z, sqlRequest(tw.req(true, "", 0)))
+	require.NoError(t, err)
+	tw.add("a", "capped", 0, 1, "")
+	tw.add("a", "", 0, 2, "")
+	// Thirty keys of two rows, the first rows due before the second ones
+	// and each due time in key order (rows of one due time go by id).
+	for i := range 2 {
+		for k := range 30 {
+			tw.add(fmt.Sprintf("k%02d", k), "", 0, 10+10*i, "")
+		}
+	}
+	steps := countSteps(t, tw.b, conn)
+	before := steps()
+	got := tw.batchOn(t, conn, tw.req(true, "w1", 0), 10)
+	require.Len(t, got, 10)
+	// One bulk step takes nine rows (its ten candidates less the refused
+	// one), and the last row, cheaper alone, is a single step.
+	require.Equal(t, 1, steps()-before, "one bulk step, then one single step for the last row")
+	// The next batch meets the claimed keys' second rows, whose tags are
+	// above the clock: the twenty keys not claimed yet come first, then
+	// the second rows of the four candidates in debt, and the best key left
+	// outside would come next.
+	got = tw.batchOn(t, conn, tw.req(true, "w1", 0), 25)
+	require.Len(t, got, 25)
+	require.Equal(t, 2, steps()-before, "one bulk step of 24 rows, then one single step")
+}
+
+// countSteps turns on the counting of function calls for conn and returns
+// a reader of how many single claim steps conn has made so far. Every
+// call must be made on conn: a server that tracks functions itself
+// (track_functions in its configuration) would otherwise count other
+// connections' claims too, whenever their statistics reach the view.
+func countSteps(t *testing.T, b *bundle, conn *pgxpool.Conn) func() int {
+	t.Helper()
+	_, err := conn.Exec(b.ctx, `SET track_functions = 'pl'`)
+	require.NoError(t, err)
+	return func() int {
+		t.Helper()
+		_, err := conn.Exec(b.ctx, `SELECT pg_stat_force_next_flush()`)
+		require.NoError(t, err)
+		var n int
+		require.NoError(t, conn.QueryRow(b.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
+			WHERE funcname = 'harvest_claim_step'`).Scan(&n))
+		return n
+	}
 }

@@ -92,6 +92,10 @@ DECLARE
     -- and, once refused, why.
     v_qks     text[];
     v_xt      double precision;
+    v_xc      boolean;
+    v_xd      timestamptz;
+    v_xi      bigint;
+    v_lasthd  integer;
     v_qk      text[] := '{}';
     v_qcap    integer[] := '{}';
     v_qrun    integer[] := '{}';
@@ -171,8 +175,9 @@ BEGIN
     SELECT max(head_prio), array_agg(key ORDER BY r), array_agg(t ORDER BY r), array_agg(w ORDER BY r),
            array_agg(cost ORDER BY r), array_agg(inc ORDER BY r),
            array_agg(head_cont ORDER BY r), array_agg(head_due ORDER BY r), array_agg(head_id ORDER BY r), sum(w / cost),
-           (SELECT top.t FROM top WHERE top.r = p_n + 1)
-    INTO v_prio, v_keys, v_t, v_w, v_cost, v_inc, v_hc, v_hd, v_hi, v_sumw, v_xt
+           (SELECT top.t FROM top WHERE top.r = p_n + 1), (SELECT top.head_cont FROM top WHERE top.r = p_n + 1),
+           (SELECT top.head_due FROM top WHERE top.r = p_n + 1), (SELECT top.head_id FROM top WHERE top.r = p_n + 1)
+    INTO v_prio, v_keys, v_t, v_w, v_cost, v_inc, v_hc, v_hd, v_hi, v_sumw, v_xt, v_xc, v_xd, v_xi
     FROM ranked;
     IF v_keys IS NULL THEN
         RETURN;
@@ -313,8 +318,9 @@ BEGIN
     -- is taken at the clock before the claim), the first one per quota
     -- key; a claim that would reach 8 refusals ends the batch with them.
     -- Once a key left the plan, the best key outside the candidates (start
-    -- tag v_xt) may come before the plan's later rows: the plan stops at
-    -- that tag.
+    -- tag v_xt) may come before the plan's later rows, but only after the
+    -- last candidate's head: the plan stops at the first row past that
+    -- head which sorts at or after that key's first claim.
     IF EXISTS (SELECT 1 FROM unnest(v_qks[1:v_k]) q WHERE q <> '') THEN
         FOR r_quota IN
             SELECT * FROM harvest_bulk_quotas(p_queue, ARRAY(SELECT DISTINCT u FROM unnest(v_qks[1:v_k]) u WHERE u <> ''),
@@ -332,9 +338,26 @@ BEGIN
     IF cardinality(v_qk) > 0 OR cardinality(v_bid) > 0 THEN
         v_qtok0 := v_qtok;
         v_v := v_clock0;
+        -- The last turn of a candidate's head in the plan: every candidate
+        -- comes before the best key outside them (start tag v_xt, head
+        -- v_xc, v_xd, v_xi), so a row up to that turn is claimed before
+        -- any key outside, whatever left the plan. Past it, a row still
+        -- comes first when it sorts before that key's first claim: that
+        -- claim's tag is at least v_xt (a tag never falls below the clock
+        -- at the candidates' read), and at v_xt the heads break the tie.
+        v_lasthd := 0;
+        IF v_xt IS NOT NULL THEN
+            SELECT coalesce(max(f.i), 0) INTO v_lasthd
+            FROM (SELECT min(u.i) AS i FROM unnest(v_pkeys[1:v_k]) WITH ORDINALITY AS u(key, i) GROUP BY u.key) f;
+            IF (SELECT count(DISTINCT u) FROM unnest(v_pkeys[1:v_k]) u) < cardinality(v_keys) THEN
+                -- A candidate's head comes after every row of the plan.
+                v_lasthd := v_k;
+            END IF;
+        END IF;
         FOR v_i IN 1..v_k LOOP
             CONTINUE WHEN v_pkeys[v_i] = ANY (v_drop);
-            EXIT WHEN cardinality(v_drop) > 0 AND v_xt IS NOT NULL AND v_tags[v_i] >= v_xt;
+            EXIT WHEN cardinality(v_drop) > 0 AND v_xt IS NOT NULL AND v_i > v_lasthd
+                  AND (v_tags[v_i], NOT v_conts[v_i], v_dues[v_i], v_ids[v_i]) >= (v_xt, NOT v_xc, v_xd, v_xi);
             -- The refusals of this row's single claim so far: the heads
             -- left out that its claim order puts first.
             v_ref := '[]';
