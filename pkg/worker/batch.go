@@ -137,6 +137,9 @@ func (w *Worker) claimBatch(ctx context.Context, rng *rand.Rand, n int) []*claim
 	if ctx.Err() != nil {
 		return nil
 	}
+	if w.hooks.Claiming != nil {
+		w.hooks.Claiming()
+	}
 	dbctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbTimeout)
 	defer cancel()
 	for _, q := range claim.QueueOrder(w.queues, rng) {

@@ -64,6 +64,7 @@
 //
 // When Run's context ends the worker stops claiming, lets running handlers
 // finish within Config.ShutdownGrace, then cancels them and hands their
-// tasks back as pending without counting the attempt. Nothing it claimed is
-// left running.
+// tasks back as pending without counting the attempt. A claim under way
+// when the stop begins still finishes, and its tasks are handed back too,
+// their handlers never started. Nothing it claimed is left running.
 package worker

@@ -34,10 +34,14 @@ type claimed struct {
 // the best task of the worker's queues, one queue at a time in a random
 // order weighted by the queue weights (lags of two queues do not compare).
 // It never claims once ctx has ended, and a claim under way is not cut
-// short by ctx, so a stop signal cannot strand a leased row.
+// short by ctx, so a stop signal cannot strand a leased row (run gives
+// back what such a claim took).
 func (w *Worker) claim(ctx context.Context, rng *rand.Rand, id int64, queue string) (*claimed, bool) {
 	if ctx.Err() != nil {
 		return nil, false
+	}
+	if w.hooks.Claiming != nil {
+		w.hooks.Claiming()
 	}
 	dbctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dbTimeout)
 	defer cancel()
@@ -157,6 +161,19 @@ func (w *Worker) run(c *claimed) {
 	t := &c.task
 	if w.hooks.Claimed != nil {
 		w.hooks.Claimed(*t)
+	}
+	select {
+	case <-w.stopping:
+		// A claim under way when the stop began is not cut short, and it
+		// may have taken a task this worker has just handed back (pending
+		// again, same attempt): no handler starts once the worker stops,
+		// so the task goes back unrun and no attempt runs twice here.
+		ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+		defer cancel()
+		outcome, err := w.release(ctx, c)
+		w.finished(c, outcome, err)
+		return
+	default:
 	}
 	if c.status.Final() {
 		// Cancelled before it ran: retire the task; the run stays as it is.

@@ -159,10 +159,12 @@ func TestEveryOutcomeGoesThroughTheBatches(t *testing.T) {
 						return worker.Complete(nil), nil
 					},
 					"block": func(ctx context.Context, tk worker.Task) (worker.Result, error) {
-						// The task may be claimed again while the worker
-						// stops (the release makes it pending, and a claim
-						// in flight can take it): a later call must not
-						// wait for a reader that is gone.
+						// A claim in flight at the stop may take the task
+						// again once the release made it pending; the
+						// stopping worker gives it back without a second
+						// call (TestStopGivesBackWhatAClaimUnderWayTook).
+						// Should that break, a later call must not wait
+						// for a reader that is gone.
 						select {
 						case blocked <- tk:
 						case <-ctx.Done():

@@ -60,6 +60,10 @@ const (
 // Hooks let tests watch a worker without sleeping. Each may be nil; they
 // run on the worker's goroutines and must not block for long.
 type Hooks struct {
+	// Claiming runs when a claim loop is about to send a claim statement,
+	// after it checked that the worker is not stopping: a test may hold it
+	// to keep a claim under way while the worker begins to stop.
+	Claiming func()
 	// Claimed runs after a task is claimed, before its handler starts.
 	Claimed func(Task)
 	// Idle runs when a claim loop found nothing and is about to wait.
@@ -133,6 +137,10 @@ type Worker struct {
 	dispatches chan dispatch.Dispatch
 	ready      chan struct{}
 
+	// stopping is closed as the worker begins to stop (the claim loops'
+	// context ends), before any task is handed back: run gives back unrun
+	// a task claimed after that.
+	stopping <-chan struct{}
 	// execCtx ends when the shutdown grace is over; abandon closes
 	// abandonAfter later.
 	execCtx context.Context
@@ -229,8 +237,9 @@ func (w *Worker) Ready() <-chan struct{} { return w.ready }
 // Run claims and runs tasks until ctx ends, then stops gracefully: it
 // stops claiming, lets running handlers finish for up to the shutdown
 // grace, cancels the rest (context.Cause: ErrShutdown) and hands their
-// tasks back, so none is left running. It returns nil after a clean stop.
-// Run may be called once.
+// tasks back, so none is left running. A task that a claim under way at
+// the stop took is handed back without its handler starting. It returns
+// nil after a clean stop. Run may be called once.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.started.CompareAndSwap(false, true) {
 		return errors.New("worker: Run called twice")
@@ -240,6 +249,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopExec(nil)
 	claimCtx, stopClaims := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopClaims()
+	w.stopping = claimCtx.Done()
 
 	subs, err := w.subscribe()
 	if err != nil {
