@@ -18,17 +18,7 @@ import (
 // batch stayed on the bulk path.
 func BenchmarkClaimBatchMix(b *testing.B) {
 	tb := setup(b)
-	tb.exec(`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`)
-	tb.exec(`INSERT INTO runs (tenant, id, name, queue, request_hash)
-		SELECT 't1', g::text, 'wf', 'q', '\x00' FROM generate_series(1, 20000) g`)
-	tb.exec(`INSERT INTO tasks (run_pk, queue, fairness_key, due_at)
-		SELECT r.pk, 'q', CASE WHEN r.pk % 2 = 0 THEN 'light-' || (r.pk / 2) % 100 ELSE 'heavy' END,
-		       timestamptz '2026-01-01 00:00:00+00' + r.pk * interval '1 millisecond'
-		FROM runs r`)
-	tb.exec(`ALTER TABLE tasks ENABLE TRIGGER tasks_arrive_insert`)
-	tb.exec(`SELECT harvest_fair_repair('q')`)
-	tb.exec(`VACUUM ANALYZE tasks`)
-	tb.exec(`VACUUM ANALYZE runs`)
+	fillBacklog(tb, 20000, `CASE WHEN r.pk % 2 = 0 THEN 'light-' || (r.pk / 2) % 100 ELSE 'heavy' END`, `''`, true)
 	conn, calls := stepCounter(b, tb)
 	// The mix of one batch, each row in a run of its own: 1 and 2 of
 	// priority 1, 3 and 4 continuations pinned to the worker, 5 and 6
@@ -82,46 +72,36 @@ func BenchmarkClaimBatchMix(b *testing.B) {
 // bulk path.
 func BenchmarkClaimBatchQuota(b *testing.B) {
 	tb := setup(b)
-	tb.exec(`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`)
-	tb.exec(`INSERT INTO runs (tenant, id, name, queue, request_hash)
-		SELECT 't1', g::text, 'wf', 'q', '\x00' FROM generate_series(1, 40000) g`)
-	tb.exec(`INSERT INTO tasks (run_pk, queue, fairness_key, quota_key, due_at)
-		SELECT r.pk, 'q', 'k-' || r.pk % 100,
-		       CASE WHEN r.pk % 4 = 0 THEN 'qk-' || (r.pk / 4) % 4 ELSE '' END,
-		       timestamptz '2026-01-01 00:00:00+00' + r.pk * interval '1 millisecond'
-		FROM runs r`)
-	tb.exec(`ALTER TABLE tasks ENABLE TRIGGER tasks_arrive_insert`)
 	tb.exec(`INSERT INTO quotas (queue, quota_key, max_concurrent, rate, burst) VALUES
 		('q', 'qk-0', 1000000, NULL, NULL), ('q', 'qk-1', NULL, 1000000, 1000000), ('q', 'qk-2', NULL, NULL, NULL)`)
-	tb.exec(`SELECT harvest_fair_repair('q')`)
-	tb.exec(`VACUUM ANALYZE tasks`)
-	tb.exec(`VACUUM ANALYZE runs`)
-	conn, calls := stepCounter(b, tb)
-	req := claim.Request{Queue: "q", Worker: "w", Fair: true}
-	i := 0
-	b.ResetTimer()
-	for b.Loop() {
-		i++
-		rs, err := claim.ClaimBatch(tb.ctx, conn, req, 50)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(rs) < 50 {
-			b.Fatalf("batch %d took %d rows", i, len(rs))
-		}
-	}
-	b.StopTimer()
-	if i > 0 {
-		b.ReportMetric(calls("harvest_claim_step")/float64(i), "steps/op")
-		b.ReportMetric(calls("harvest_claim_bulk_fair")/float64(i), "bulk/op")
-	}
+	fillBacklog(tb, 40000, `'k-' || r.pk % 100`, `CASE WHEN r.pk % 4 = 0 THEN 'qk-' || (r.pk / 4) % 4 ELSE '' END`, true)
+	takeBatches(b, tb, claim.Request{Queue: "q", Worker: "w", Fair: true}, "harvest_claim_bulk_fair")
 }
 
-// stepCounter gives a benchmark its own connection, on which PL/pgSQL
-// calls are counted from zero, and calls(fn): the calls of fn on it so
-// far, which say how many single and bulk steps the batches took. The
-// connection goes back to the pool when the benchmark ends.
-func stepCounter(b *testing.B, tb *bundle) (*pgxpool.Conn, func(fn string) float64) {
+// BenchmarkClaimBatchRefusedHead times fair batches of 50 over a backlog
+// of 40,000 rows on 400 keys, where every row of one key carries a quota
+// key whose bucket is empty for the whole run: that key's head is refused
+// in every batch, and it never leaves the candidates (it is never charged,
+// so its start tag is the clock and its head the oldest). The rows taken
+// stay running. steps/op and bulk/op say whether the refusal kept the
+// batch on the bulk path.
+func BenchmarkClaimBatchRefusedHead(b *testing.B) {
+	tb := setup(b)
+	// A token every 10^6 s, none left.
+	tb.exec(`INSERT INTO quotas (queue, quota_key, rate, burst) VALUES ('q', 'empty', 0.000001, 1)`)
+	tb.exec(`INSERT INTO rate_buckets (queue, quota_key, tokens, updated_at) VALUES ('q', 'empty', 0, now())`)
+	fillBacklog(tb, 40000, `'k-' || r.pk % 400`, `CASE WHEN r.pk % 400 = 0 THEN 'empty' ELSE '' END`, true)
+	takeBatches(b, tb, claim.Request{Queue: "q", Worker: "w", Fair: true}, "harvest_claim_bulk_fair")
+}
+
+// stepCounter gives a test or benchmark its own connection, on which
+// PL/pgSQL calls are counted from zero, and calls(fn): the calls of fn on
+// it so far, which say how many single and bulk steps the batches took.
+// Every call to count must be made on that connection: a server that
+// tracks functions itself (track_functions in its configuration) would
+// count other connections' calls too, whenever their statistics reach the
+// view. The connection goes back to the pool when the test ends.
+func stepCounter(b testing.TB, tb *bundle) (*pgxpool.Conn, func(fn string) float64) {
 	conn, err := tb.db.Acquire(tb.ctx)
 	if err != nil {
 		b.Fatal(err)
@@ -164,36 +144,54 @@ func BenchmarkClaimBatchTwoLevel(b *testing.B) {
 			tb.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'bench')`)
 			tb.exec(`SELECT harvest_group_weight_set('q', 't3', 3, 'bench')`)
 			tb.exec(`INSERT INTO weight_overrides (queue, key, weight) VALUES ('q', 't5/k1', 2)`)
-			tb.exec(`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`)
-			tb.exec(`INSERT INTO runs (tenant, id, name, queue, request_hash)
-				SELECT 't1', g::text, 'wf', 'q', '\x00' FROM generate_series(1, 40000) g`)
-			tb.exec(`INSERT INTO tasks (run_pk, queue, fairness_key, due_at)
-				SELECT r.pk, 'q', ` + shape.key + `,
-				       timestamptz '2026-01-01 00:00:00+00' + r.pk * interval '1 millisecond'
-				FROM runs r`)
-			tb.exec(`ALTER TABLE tasks ENABLE TRIGGER tasks_arrive_insert`)
-			tb.exec(`SELECT harvest_fair_repair('q')`)
-			tb.exec(`VACUUM ANALYZE tasks`)
-			tb.exec(`VACUUM ANALYZE runs`)
-			conn, calls := stepCounter(b, tb)
-			req := claim.Request{Queue: "q", Worker: "w", Fair: true}
-			i := 0
-			b.ResetTimer()
-			for b.Loop() {
-				i++
-				rs, err := claim.ClaimBatch(tb.ctx, conn, req, 50)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if len(rs) < 50 {
-					b.Fatalf("batch %d took %d rows", i, len(rs))
-				}
-			}
-			b.StopTimer()
-			if i > 0 {
-				b.ReportMetric(calls("harvest_claim_step")/float64(i), "steps/op")
-				b.ReportMetric(calls("harvest_claim_bulk_group")/float64(i), "bulk/op")
-			}
+			fillBacklog(tb, 40000, shape.key, `''`, true)
+			takeBatches(b, tb, claim.Request{Queue: "q", Worker: "w", Fair: true}, "harvest_claim_bulk_group")
 		})
+	}
+}
+
+// fillBacklog enqueues n rows in queue q, one run each, due a millisecond
+// apart in run order, with the fairness key and the quota key given as SQL
+// expressions over the run's pk (r.pk); with fair set it builds the keys'
+// summary, as arrivals would have. The arrival trigger is off while the
+// rows go in, and the tables are analysed after.
+func fillBacklog(tb *bundle, n int, key, quota string, fair bool) {
+	tb.exec(`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`)
+	tb.exec(`INSERT INTO runs (tenant, id, name, queue, request_hash)
+		SELECT 't1', g::text, 'wf', 'q', '\x00' FROM generate_series(1, $1::integer) g`, n)
+	tb.exec(`INSERT INTO tasks (run_pk, queue, fairness_key, quota_key, due_at)
+		SELECT r.pk, 'q', ` + key + `, ` + quota + `,
+		       timestamptz '2026-01-01 00:00:00+00' + r.pk * interval '1 millisecond'
+		FROM runs r`)
+	tb.exec(`ALTER TABLE tasks ENABLE TRIGGER tasks_arrive_insert`)
+	if fair {
+		tb.exec(`SELECT harvest_fair_repair('q')`)
+	}
+	tb.exec(`VACUUM ANALYZE tasks`)
+	tb.exec(`VACUUM ANALYZE runs`)
+}
+
+// takeBatches claims batches of 50 with req until the benchmark ends, each
+// of them full (the rows taken stay running: the backlog must outlast the
+// run), and reports the single steps (steps/op) and the calls of the bulk
+// step bulkFn (bulk/op) a batch took.
+func takeBatches(b *testing.B, tb *bundle, req claim.Request, bulkFn string) {
+	conn, calls := stepCounter(b, tb)
+	i := 0
+	b.ResetTimer()
+	for b.Loop() {
+		i++
+		rs, err := claim.ClaimBatch(tb.ctx, conn, req, 50)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(rs) < 50 {
+			b.Fatalf("batch %d took %d rows", i, len(rs))
+		}
+	}
+	b.StopTimer()
+	if i > 0 {
+		b.ReportMetric(calls("harvest_claim_step")/float64(i), "steps/op")
+		b.ReportMetric(calls(bulkFn)/float64(i), "bulk/op")
 	}
 }

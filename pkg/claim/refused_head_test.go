@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/pkg/claim"
@@ -266,14 +265,11 @@ func TestFairBatchRefusedHeadAbove(t *testing.T) {
 	// A fair claim of it moves key z's head on (an ordinary one would
 	// leave the summary stale, and a stale head ends every bulk plan).
 	require.True(t, tw.m.ClaimByID(z, tw.req(true, "", 0)).OK)
-	// Every call on one connection, whose counts are read before and
-	// after the batch: a server that tracks functions itself
-	// (track_functions in its configuration) would otherwise count this
-	// claim too, whenever another connection's statistics reach the view.
-	conn, err := tw.b.db.Acquire(tw.b.ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = claim.ClaimByID(tw.b.ctx, conn, z, sqlRequest(tw.req(true, "", 0)))
+	// Every call on one connection (stepCounter says why), whose counts
+	// are read before and after the batch.
+	conn, calls := stepCounter(t, tw.b)
+	steps := func() int { return int(calls("harvest_claim_step")) }
+	_, err := claim.ClaimByID(tw.b.ctx, conn, z, sqlRequest(tw.req(true, "", 0)))
 	require.NoError(t, err)
 	tw.add("h", "capped", 1, 1, "")
 	tw.add("h", "", 1, 2, "")
@@ -282,7 +278,6 @@ func TestFairBatchRefusedHeadAbove(t *testing.T) {
 		tw.add("b", "", 0, 10+i, "")
 		tw.add("c", "", 0, 20+i, "")
 	}
-	steps := countSteps(t, tw.b, conn)
 	before := steps()
 	got := tw.batchOn(t, conn, tw.req(true, "w1", 0), 10)
 	require.Len(t, got, 10)
@@ -300,10 +295,9 @@ func TestFairBatchRefusedHeadAmongManyKeys(t *testing.T) {
 	tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
 	z := tw.add("z", "capped", 0, 0, "")
 	require.True(t, tw.m.ClaimByID(z, tw.req(true, "", 0)).OK)
-	conn, err := tw.b.db.Acquire(tw.b.ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = claim.ClaimByID(tw.b.ctx, conn, z, sqlRequest(tw.req(true, "", 0)))
+	conn, calls := stepCounter(t, tw.b)
+	steps := func() int { return int(calls("harvest_claim_step")) }
+	_, err := claim.ClaimByID(tw.b.ctx, conn, z, sqlRequest(tw.req(true, "", 0)))
 	require.NoError(t, err)
 	tw.add("a", "capped", 0, 1, "")
 	tw.add("a", "", 0, 2, "")
@@ -314,7 +308,6 @@ func TestFairBatchRefusedHeadAmongManyKeys(t *testing.T) {
 			tw.add(fmt.Sprintf("k%02d", k), "", 0, 10+10*i, "")
 		}
 	}
-	steps := countSteps(t, tw.b, conn)
 	before := steps()
 	got := tw.batchOn(t, conn, tw.req(true, "w1", 0), 10)
 	require.Len(t, got, 10)
@@ -328,24 +321,4 @@ func TestFairBatchRefusedHeadAmongManyKeys(t *testing.T) {
 	got = tw.batchOn(t, conn, tw.req(true, "w1", 0), 25)
 	require.Len(t, got, 25)
 	require.Equal(t, 2, steps()-before, "one bulk step of 24 rows, then one single step")
-}
-
-// countSteps turns on the counting of function calls for conn and returns
-// a reader of how many single claim steps conn has made so far. Every
-// call must be made on conn: a server that tracks functions itself
-// (track_functions in its configuration) would otherwise count other
-// connections' claims too, whenever their statistics reach the view.
-func countSteps(t *testing.T, b *bundle, conn *pgxpool.Conn) func() int {
-	t.Helper()
-	_, err := conn.Exec(b.ctx, `SET track_functions = 'pl'`)
-	require.NoError(t, err)
-	return func() int {
-		t.Helper()
-		_, err := conn.Exec(b.ctx, `SELECT pg_stat_force_next_flush()`)
-		require.NoError(t, err)
-		var n int
-		require.NoError(t, conn.QueryRow(b.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
-			WHERE funcname = 'harvest_claim_step'`).Scan(&n))
-		return n
-	}
 }
