@@ -17,7 +17,11 @@
 -- nothing of pins: so while a due row pinned to p_worker is pending the
 -- batch takes single steps, and once none is left it goes on in bulk (a
 -- pinned row another claimer holds keeps it on single steps, which skip
--- that row as the single claim does). When the batch stops early
+-- that row as the single claim does). An ordinary batch waits for a
+-- quota row only in the lock order of the quota rows
+-- (harvest_bulk_quotas): a step that meets a quota row another claimer
+-- holds, out of that order, ends the batch with the rows taken before it.
+-- When the batch stops early
 -- with refusals, a last row with outcome 'refused' carries them; a lone
 -- batch that finds, once it holds the lock, that the queue no longer has a
 -- single key returns one row with outcome 'again' and nothing else, and
@@ -147,10 +151,18 @@ BEGIN
                     EXIT;
                 END IF;
             ELSE
+                -- A last row 'busy': the step stopped before a row whose
+                -- quota row it may not wait for (harvest_bulk_quotas); the
+                -- batch ends with the rows taken.
                 FOR r_out IN SELECT * FROM harvest_claim_bulk(p_queue, p_worker, p_now, p_lease, v_left) LOOP
+                    EXIT WHEN r_out.outcome <> 'ok';
                     v_got := v_got + 1;
                     RETURN NEXT r_out;
                 END LOOP;
+                IF r_out.outcome = 'busy' THEN
+                    v_took := v_took OR v_got > 0;
+                    EXIT;
+                END IF;
             END IF;
             v_took := v_took OR v_got > 0;
             v_left := v_left - v_got;

@@ -43,8 +43,15 @@
 -- A claim that would reach 8 refusals ends the batch with them: the step
 -- returns the rows before it and stops, and the batch's next step, which
 -- takes no row before those 8 refusals, leaves that claim to the single
--- claim, which ends the batch. So the step never returns a 'refused' row,
--- and the caller takes what it returns as it is.
+-- claim, which ends the batch. So the step never returns a 'refused' row.
+-- The quota rows of 1 and 2 are waited for only in their lock order
+-- (harvest_bulk_quotas): a key met after a later key's row was locked
+-- (in 2, in a later read, or in an earlier step of the batch) is taken
+-- only when no other claimer holds it. When one does, the walk ends
+-- before that key's first row: the rows before it are taken with exact
+-- caps and buckets (their quota rows are held), the rest stay pending,
+-- and a last row with outcome 'busy' tells the batch to end there; the
+-- next batch takes them.
 CREATE OR REPLACE FUNCTION harvest_claim_bulk(p_queue text, p_worker text, p_now timestamptz,
                                               p_lease interval, p_n integer)
 RETURNS SETOF harvest_claimed
@@ -76,7 +83,12 @@ DECLARE
     v_qi      integer;
     v_i       integer;
     v_why     text;
+    -- The quota keys whose quota rows another claimer holds and this step
+    -- may not wait for (harvest_bulk_quotas): the walk ends at the first
+    -- row of one, and so does the batch.
+    v_busy    text[] := '{}';
     v_stop    boolean := false;
+    v_ended   boolean := false;
     v_quotas  boolean := EXISTS (SELECT 1 FROM quotas q WHERE q.queue = p_queue);
     r_out     harvest_claimed;
 BEGIN
@@ -93,14 +105,15 @@ BEGIN
                 WHERE y.quota_key <> '' AND y.quota_key <> ALL (v_seen));
             IF cardinality(v_new) > 0 THEN
                 v_seen := v_seen || v_new;
-                SELECT v_qk || array_agg(h.quota_key ORDER BY h.quota_key),
-                       v_qcap || array_agg(h.max_concurrent ORDER BY h.quota_key),
-                       v_qrun || array_agg(h.running ORDER BY h.quota_key),
-                       v_qrate || array_agg(h.rate ORDER BY h.quota_key),
-                       v_qtok || array_agg(h.tokens ORDER BY h.quota_key),
-                       v_qacc || array_agg(0 ORDER BY h.quota_key)
-                INTO v_qk, v_qcap, v_qrun, v_qrate, v_qtok, v_qacc
-                FROM harvest_bulk_quotas(p_queue, v_new, v_now) h;
+                SELECT v_qk || array_agg(h.quota_key ORDER BY h.quota_key) FILTER (WHERE NOT h.busy),
+                       v_qcap || array_agg(h.max_concurrent ORDER BY h.quota_key) FILTER (WHERE NOT h.busy),
+                       v_qrun || array_agg(h.running ORDER BY h.quota_key) FILTER (WHERE NOT h.busy),
+                       v_qrate || array_agg(h.rate ORDER BY h.quota_key) FILTER (WHERE NOT h.busy),
+                       v_qtok || array_agg(h.tokens ORDER BY h.quota_key) FILTER (WHERE NOT h.busy),
+                       v_qacc || array_agg(0 ORDER BY h.quota_key) FILTER (WHERE NOT h.busy),
+                       v_busy || array_agg(h.quota_key) FILTER (WHERE h.busy)
+                INTO v_qk, v_qcap, v_qrun, v_qrate, v_qtok, v_qacc, v_busy
+                FROM harvest_bulk_quotas(p_queue, v_new, v_now, true) h;
             END IF;
         END IF;
 
@@ -118,20 +131,21 @@ BEGIN
             v_new := ARRAY(SELECT DISTINCT q FROM unnest(v_qks) q WHERE q <> '' AND q <> ALL (v_seen));
             IF cardinality(v_new) > 0 THEN
                 v_seen := v_seen || v_new;
-                SELECT v_qk || array_agg(h.quota_key ORDER BY h.quota_key),
-                       v_qcap || array_agg(h.max_concurrent ORDER BY h.quota_key),
-                       v_qrun || array_agg(h.running ORDER BY h.quota_key),
-                       v_qrate || array_agg(h.rate ORDER BY h.quota_key),
-                       v_qtok || array_agg(h.tokens ORDER BY h.quota_key),
-                       v_qacc || array_agg(0 ORDER BY h.quota_key)
-                INTO v_qk, v_qcap, v_qrun, v_qrate, v_qtok, v_qacc
-                FROM harvest_bulk_quotas(p_queue, v_new, v_now) h;
+                SELECT v_qk || array_agg(h.quota_key ORDER BY h.quota_key) FILTER (WHERE NOT h.busy),
+                       v_qcap || array_agg(h.max_concurrent ORDER BY h.quota_key) FILTER (WHERE NOT h.busy),
+                       v_qrun || array_agg(h.running ORDER BY h.quota_key) FILTER (WHERE NOT h.busy),
+                       v_qrate || array_agg(h.rate ORDER BY h.quota_key) FILTER (WHERE NOT h.busy),
+                       v_qtok || array_agg(h.tokens ORDER BY h.quota_key) FILTER (WHERE NOT h.busy),
+                       v_qacc || array_agg(0 ORDER BY h.quota_key) FILTER (WHERE NOT h.busy),
+                       v_busy || array_agg(h.quota_key) FILTER (WHERE h.busy)
+                INTO v_qk, v_qcap, v_qrun, v_qrate, v_qtok, v_qacc, v_busy
+                FROM harvest_bulk_quotas(p_queue, v_new, v_now, true) h;
             END IF;
         END IF;
 
         -- The common shape: nothing to recheck, all of them taken.
         IF cardinality(v_take) = 0 AND v_nref = 0
-           AND (NOT v_quotas OR NOT EXISTS (SELECT 1 FROM unnest(v_qks) q WHERE q = ANY (v_qk))) THEN
+           AND (NOT v_quotas OR NOT EXISTS (SELECT 1 FROM unnest(v_qks) q WHERE q = ANY (v_qk) OR q = ANY (v_busy))) THEN
             RETURN QUERY SELECT * FROM harvest_lease_rows(v_ids, NULL, p_worker, p_lease);
             RETURN;
         END IF;
@@ -139,6 +153,11 @@ BEGIN
         -- 3. The walk.
         FOR v_i IN 1..cardinality(v_ids) LOOP
             CONTINUE WHEN v_qks[v_i] = ANY (v_excl);
+            IF v_qks[v_i] = ANY (v_busy) THEN
+                v_stop := true;
+                v_ended := true;
+                EXIT;
+            END IF;
             v_qi := array_position(v_qk, v_qks[v_i]);
             IF v_qi IS NOT NULL THEN
                 v_why := NULL;
@@ -170,6 +189,10 @@ BEGIN
         EXIT WHEN v_stop OR cardinality(v_ids) < v_want OR cardinality(v_take) >= p_n;
     END LOOP;
     IF cardinality(v_take) = 0 THEN
+        IF v_ended THEN
+            r_out.outcome := 'busy';
+            RETURN NEXT r_out;
+        END IF;
         RETURN;
     END IF;
 
@@ -187,5 +210,10 @@ BEGIN
         r_out.refusals := v_refs[v_i];
         RETURN NEXT r_out;
     END LOOP;
+    IF v_ended THEN
+        r_out := NULL;
+        r_out.outcome := 'busy';
+        RETURN NEXT r_out;
+    END IF;
 END
 $$;

@@ -17,7 +17,8 @@
 --   3. the rechecks of the row's quota key (harvest_quota_recheck): a
 --      refused row is left pending and charges nothing, and the claim
 --      picks again (at most 8 refusals; a dispatch claim stops at the
---      first). What the rest of the claim leaves out (the model's rule,
+--      first); an ordinary claim that would wait for a quota row out of
+--      the lock order ends there, as if no row were left. What the rest of the claim leaves out (the model's rule,
 --      pkg/fairkeys Model.Claim): an ordinary claim, the rows of the
 --      refused quota key (v_excl); a fair claim, the refused row's whole
 --      fairness key (v_xkeys; the row was its key's head, and the key's
@@ -170,10 +171,19 @@ BEGIN
             END IF;
         END IF;
 
-        -- 3. The rechecks of the row's quota key.
+        -- 3. The rechecks of the row's quota key. An ordinary claim waits
+        -- for the quota row only in the lock order of the quota rows
+        -- (harvest_bulk_quotas); 'busy': another claimer holds it and this
+        -- transaction holds a later one, so the claim ends here as if no
+        -- row were left (the row stays pending, for the next claim).
         v_reason := NULL;
         IF r_task.quota_key <> '' THEN
-            v_reason := harvest_quota_recheck(p_queue, r_task.quota_key, v_now);
+            v_reason := harvest_quota_recheck(p_queue, r_task.quota_key, v_now, NOT p_fair);
+        END IF;
+        IF v_reason = 'busy' THEN
+            r_out.outcome := CASE WHEN v_nref > 0 THEN 'refused' ELSE 'no_task' END;
+            r_out.refusals := v_ref;
+            RETURN r_out;
         END IF;
         IF v_reason IS NOT NULL THEN
             v_ref := v_ref || jsonb_build_array(jsonb_build_object(

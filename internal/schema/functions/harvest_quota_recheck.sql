@@ -10,19 +10,39 @@
 -- rows at once, with the same locks and the same numbers, and so does the
 -- ordinary bulk step (harvest_claim_bulk, through
 -- harvest_bulk_quotas).
-CREATE OR REPLACE FUNCTION harvest_quota_recheck(p_queue text, p_quota_key text, p_now timestamptz) RETURNS text
+-- The quota row is waited for only in the lock order of the quota rows
+-- (harvest_bulk_quotas): with p_ordered (an ordinary claim) a key that
+-- sorts before a quota row the transaction holds is taken only when free,
+-- else the answer is 'busy' and the caller ends its claim without the row.
+DROP FUNCTION IF EXISTS harvest_quota_recheck(text, text, timestamptz);
+CREATE OR REPLACE FUNCTION harvest_quota_recheck(p_queue text, p_quota_key text, p_now timestamptz,
+                                                 p_ordered boolean DEFAULT false) RETURNS text
 LANGUAGE plpgsql AS $$
 DECLARE
     v_running integer;
     v_tokens  double precision;
+    v_top     text[] := nullif(current_setting('harvest.quota_top', true), '')::text[];
     r_quota   quotas%ROWTYPE;
     r_bucket  rate_buckets%ROWTYPE;
 BEGIN
-    SELECT * INTO r_quota FROM quotas
-    WHERE queue = p_queue AND quota_key = p_quota_key
-    FOR NO KEY UPDATE;
-    IF NOT FOUND THEN
-        RETURN NULL;
+    IF p_ordered AND ARRAY[p_queue, p_quota_key] < v_top THEN
+        SELECT * INTO r_quota FROM quotas
+        WHERE queue = p_queue AND quota_key = p_quota_key
+        FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            IF EXISTS (SELECT 1 FROM quotas WHERE queue = p_queue AND quota_key = p_quota_key) THEN
+                RETURN 'busy';
+            END IF;
+            RETURN NULL;
+        END IF;
+    ELSE
+        SELECT * INTO r_quota FROM quotas
+        WHERE queue = p_queue AND quota_key = p_quota_key
+        FOR NO KEY UPDATE;
+        IF NOT FOUND THEN
+            RETURN NULL;
+        END IF;
+        PERFORM set_config('harvest.quota_top', greatest(v_top, ARRAY[p_queue, p_quota_key])::text, true);
     END IF;
     IF r_quota.max_concurrent IS NOT NULL THEN
         SELECT count(*) INTO v_running FROM tasks x
