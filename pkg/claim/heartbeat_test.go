@@ -31,7 +31,10 @@ func (b *bundle) leaseMany(n int, lease time.Duration) []claim.Lease {
 func TestHeartbeatsExtendEveryLeaseInOneStatement(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	leases := b.leaseMany(40, time.Second)
+	// Leases of a minute, so that none runs out while the test runs (the
+	// lost one is not extended, and a loaded machine takes seconds to get
+	// here): the beats extend the others to an hour.
+	leases := b.leaseMany(40, time.Minute)
 	lost, cancelled := leases[7], leases[23]
 	b.exec(`UPDATE tasks SET lease_token = gen_random_uuid() WHERE id = $1`, lost.ID)
 	b.exec(`SELECT harvest_run_finish(run_pk, 'cancelled', NULL, 'by test') FROM tasks WHERE id = $1`, cancelled.ID)
