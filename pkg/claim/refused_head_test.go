@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/pkg/claim"
@@ -253,6 +254,22 @@ func TestFairBatchQuotaRechecks(t *testing.T) {
 	require.Equal(t, 3, tw.m.Running("q", "capped"))
 }
 
+// capFull makes quota key "capped" (a cap of one) full on both sides: its
+// one row, of key z, claimed fairly (an ordinary claim would leave the
+// summary's head of z stale, and a stale head ends every bulk plan). It
+// returns the connection to make every claim on, and the count of single
+// claim steps made on it so far (stepCounter says why one connection).
+func (tw *refusedHeadTwin) capFull(t *testing.T) (*pgxpool.Conn, func() int) {
+	t.Helper()
+	tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
+	z := tw.add("z", "capped", 0, 0, "")
+	require.True(t, tw.m.ClaimByID(z, tw.req(true, "", 0)).OK)
+	conn, calls := stepCounter(t, tw.b)
+	_, err := claim.ClaimByID(tw.b.ctx, conn, z, sqlRequest(tw.req(true, "", 0)))
+	require.NoError(t, err)
+	return conn, func() int { return int(calls("harvest_claim_step")) }
+}
+
 // A refused head of a higher priority than the rest of the backlog stays
 // refused for the whole batch: once a single step has refused it, the bulk
 // steps leave its key out and report its refusal on every row they take,
@@ -260,17 +277,7 @@ func TestFairBatchQuotaRechecks(t *testing.T) {
 func TestFairBatchRefusedHeadAbove(t *testing.T) {
 	t.Parallel()
 	tw := newRefusedHeadTwin(t)
-	tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
-	z := tw.add("z", "capped", 0, 0, "")
-	// A fair claim of it moves key z's head on (an ordinary one would
-	// leave the summary stale, and a stale head ends every bulk plan).
-	require.True(t, tw.m.ClaimByID(z, tw.req(true, "", 0)).OK)
-	// Every call on one connection (stepCounter says why), whose counts
-	// are read before and after the batch.
-	conn, calls := stepCounter(t, tw.b)
-	steps := func() int { return int(calls("harvest_claim_step")) }
-	_, err := claim.ClaimByID(tw.b.ctx, conn, z, sqlRequest(tw.req(true, "", 0)))
-	require.NoError(t, err)
+	conn, steps := tw.capFull(t)
 	tw.add("h", "capped", 1, 1, "")
 	tw.add("h", "", 1, 2, "")
 	tw.add("g", "capped", 1, 3, "") // silent: the same quota key
@@ -292,13 +299,7 @@ func TestFairBatchRefusedHeadAbove(t *testing.T) {
 func TestFairBatchRefusedHeadAmongManyKeys(t *testing.T) {
 	t.Parallel()
 	tw := newRefusedHeadTwin(t)
-	tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
-	z := tw.add("z", "capped", 0, 0, "")
-	require.True(t, tw.m.ClaimByID(z, tw.req(true, "", 0)).OK)
-	conn, calls := stepCounter(t, tw.b)
-	steps := func() int { return int(calls("harvest_claim_step")) }
-	_, err := claim.ClaimByID(tw.b.ctx, conn, z, sqlRequest(tw.req(true, "", 0)))
-	require.NoError(t, err)
+	conn, steps := tw.capFull(t)
 	tw.add("a", "capped", 0, 1, "")
 	tw.add("a", "", 0, 2, "")
 	// Thirty keys of two rows, the first rows due before the second ones
