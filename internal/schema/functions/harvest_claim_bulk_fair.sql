@@ -338,22 +338,14 @@ BEGIN
     IF cardinality(v_qk) > 0 OR cardinality(v_bid) > 0 THEN
         v_qtok0 := v_qtok;
         v_v := v_clock0;
-        -- The last turn of a candidate's head in the plan: every candidate
-        -- comes before the best key outside them (start tag v_xt, head
-        -- v_xc, v_xd, v_xi), so a row up to that turn is claimed before
-        -- any key outside, whatever left the plan. Past it, a row still
+        -- v_lasthd, the last turn of a candidate's head in the plan: every
+        -- candidate comes before the best key outside them (start tag
+        -- v_xt, head v_xc, v_xd, v_xi), so a row up to that turn is
+        -- claimed before any key outside, whatever left the plan. Past it, a row still
         -- comes first when it sorts before that key's first claim: that
         -- claim's tag is at least v_xt (a tag never falls below the clock
         -- at the candidates' read), and at v_xt the heads break the tie.
-        v_lasthd := 0;
-        IF v_xt IS NOT NULL THEN
-            SELECT coalesce(max(f.i), 0) INTO v_lasthd
-            FROM (SELECT min(u.i) AS i FROM unnest(v_pkeys[1:v_k]) WITH ORDINALITY AS u(key, i) GROUP BY u.key) f;
-            IF (SELECT count(DISTINCT u) FROM unnest(v_pkeys[1:v_k]) u) < cardinality(v_keys) THEN
-                -- A candidate's head comes after every row of the plan.
-                v_lasthd := v_k;
-            END IF;
-        END IF;
+        -- Read at the first refusal: a plan without one never needs it.
         FOR v_i IN 1..v_k LOOP
             CONTINUE WHEN v_pkeys[v_i] = ANY (v_drop);
             EXIT WHEN cardinality(v_drop) > 0 AND v_xt IS NOT NULL AND v_i > v_lasthd
@@ -389,6 +381,15 @@ BEGIN
                     v_qwhy[v_qi] := v_why;
                 END IF;
                 IF v_why IS NOT NULL THEN
+                    IF cardinality(v_drop) = 0 AND v_xt IS NOT NULL THEN
+                        SELECT coalesce(max(f.i), 0) INTO v_lasthd
+                        FROM (SELECT min(u.i) AS i FROM unnest(v_pkeys[1:v_k]) WITH ORDINALITY AS u(key, i)
+                              GROUP BY u.key) f;
+                        IF (SELECT count(DISTINCT u) FROM unnest(v_pkeys[1:v_k]) u) < cardinality(v_keys) THEN
+                            -- A candidate's head comes after every row of the plan.
+                            v_lasthd := v_k;
+                        END IF;
+                    END IF;
                     v_drop := array_append(v_drop, v_pkeys[v_i]);
                     v_bid := array_append(v_bid, v_ids[v_i]);
                     v_bqk := array_append(v_bqk, v_qks[v_i]);
