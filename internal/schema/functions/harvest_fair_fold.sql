@@ -3,6 +3,16 @@
 -- these heads meanwhile; arrivals of transactions that have not committed
 -- are not visible and stay for a later fold. A head only ever moves to a
 -- row that comes first. Returns how many heads changed.
+--
+-- An arrival can name a row that is no longer pending: a claim statement
+-- folds once, at its start, and its later statements see rows committed
+-- since (a row pinned to the worker, a named claim, a bulk step reading
+-- past a head), so a row can be taken before its arrival is folded; so can
+-- an ordinary claim, which does not fold at all. Such an arrival stands
+-- for the key's first pending row from its place on (harvest_key_head):
+-- folding the taken row itself would leave a head no claim can take, and
+-- every fair bulk step would stop at that key until a single claim
+-- repaired it.
 CREATE OR REPLACE FUNCTION harvest_fair_fold(p_queue text) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -14,10 +24,28 @@ BEGIN
     ), best AS (
         SELECT DISTINCT ON (key) key, head_id, head_prio, head_cont, head_due FROM gone
         ORDER BY key, head_prio DESC, head_cont DESC, head_due, head_id
+    ), live AS (
+        SELECT b.key, h.head_id, h.head_prio, h.head_cont, h.head_due
+        FROM best b
+        CROSS JOIN LATERAL (
+            SELECT b.head_id, b.head_prio, b.head_cont, b.head_due
+            WHERE EXISTS (SELECT 1 FROM tasks t
+                          WHERE t.id = b.head_id AND t.state = 'pending' AND t.queue = p_queue
+                            AND t.fairness_key = b.key AND t.priority = b.head_prio
+                            AND t.continuation = b.head_cont AND t.due_at = b.head_due)
+            UNION ALL
+            SELECT k.head_id, k.head_prio, k.head_cont, k.head_due
+            FROM harvest_key_head(p_queue, b.key, b.head_prio, b.head_cont, b.head_due, b.head_id) k
+            WHERE NOT EXISTS (SELECT 1 FROM tasks t
+                              WHERE t.id = b.head_id AND t.state = 'pending' AND t.queue = p_queue
+                                AND t.fairness_key = b.key AND t.priority = b.head_prio
+                                AND t.continuation = b.head_cont AND t.due_at = b.head_due)
+        ) h
     )
     INSERT INTO fair_state AS s (queue, key, head_id, head_prio, head_cont, head_due)
-    SELECT p_queue, b.key, b.head_id, b.head_prio, b.head_cont, b.head_due FROM best b
-    ORDER BY b.key
+    SELECT p_queue, l.key, l.head_id, l.head_prio, l.head_cont, l.head_due FROM live l
+    WHERE l.head_id IS NOT NULL
+    ORDER BY l.key
     ON CONFLICT (queue, key) DO UPDATE SET
         head_id = excluded.head_id, head_prio = excluded.head_prio,
         head_cont = excluded.head_cont, head_due = excluded.head_due
