@@ -511,18 +511,20 @@ BEGIN
 
     -- 4. Lock the rows replayed, before any quota row (the single claim's
     -- order); a row that left the pending state or moved ends the plan
-    -- before it.
+    -- before it. The rows are found by id alone and compared once locked
+    -- (see harvest_claim_bulk_fair, 3. end).
     v_ids := ARRAY(SELECT r_id[s.r] FROM unnest(s_k, s_r) WITH ORDINALITY AS s(k, r, o) ORDER BY s.o);
     v_pkeys := ARRAY(SELECT k_name[s.k] FROM unnest(s_k) WITH ORDINALITY AS s(k, o) ORDER BY s.o);
     v_cont := ARRAY(SELECT r_cont[s.r] FROM unnest(s_r) WITH ORDINALITY AS s(r, o) ORDER BY s.o);
     v_due := ARRAY(SELECT r_due[s.r] FROM unnest(s_r) WITH ORDINALITY AS s(r, o) ORDER BY s.o);
     v_qks := ARRAY(SELECT r_qk[s.r] FROM unnest(s_r) WITH ORDINALITY AS s(r, o) ORDER BY s.o);
     SELECT array_agg(x.id) INTO v_locked FROM (
-        SELECT t.id FROM tasks t
-        JOIN unnest(v_ids, v_pkeys, v_cont, v_due) AS p(id, key, cont, due) ON p.id = t.id
-        WHERE t.state = 'pending' AND t.queue = p_queue AND t.fairness_key = p.key AND t.priority = v_prio
-          AND t.continuation = p.cont AND t.due_at = p.due
-        ORDER BY t.id FOR UPDATE OF t) x;
+        SELECT t.id, t.state, t.queue, t.fairness_key, t.priority, t.continuation, t.due_at FROM tasks t
+        WHERE t.id = ANY (v_ids)
+        ORDER BY t.id FOR UPDATE OF t) x
+    JOIN unnest(v_ids, v_pkeys, v_cont, v_due) AS p(id, key, cont, due) ON p.id = x.id
+    WHERE x.state = 'pending' AND x.queue = p_queue AND x.fairness_key = p.key AND x.priority = v_prio
+      AND x.continuation = p.cont AND x.due_at = p.due;
     FOR v_i IN 1..v_k LOOP
         IF v_locked IS NULL OR NOT (v_ids[v_i] = ANY (v_locked)) THEN
             v_k := v_i - 1;

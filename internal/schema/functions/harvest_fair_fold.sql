@@ -24,23 +24,21 @@ BEGIN
     ), best AS (
         SELECT DISTINCT ON (key) key, head_id, head_prio, head_cont, head_due FROM gone
         ORDER BY key, head_prio DESC, head_cont DESC, head_due, head_id
+    ), seen AS (
+        -- Whether each arrival's row is still pending where it said. The
+        -- row is found by its id alone, and the rest compared after, so
+        -- that no plan reads a queue's pending rows to find it.
+        SELECT b.*, coalesce(t.state = 'pending' AND t.queue = p_queue AND t.fairness_key = b.key
+                             AND t.priority = b.head_prio AND t.continuation = b.head_cont
+                             AND t.due_at = b.head_due, false) AS pending
+        FROM best b LEFT JOIN tasks t ON t.id = b.head_id
     ), live AS (
-        SELECT b.key, h.head_id, h.head_prio, h.head_cont, h.head_due
-        FROM best b
-        CROSS JOIN LATERAL (
-            SELECT b.head_id, b.head_prio, b.head_cont, b.head_due
-            WHERE EXISTS (SELECT 1 FROM tasks t
-                          WHERE t.id = b.head_id AND t.state = 'pending' AND t.queue = p_queue
-                            AND t.fairness_key = b.key AND t.priority = b.head_prio
-                            AND t.continuation = b.head_cont AND t.due_at = b.head_due)
-            UNION ALL
-            SELECT k.head_id, k.head_prio, k.head_cont, k.head_due
-            FROM harvest_key_head(p_queue, b.key, b.head_prio, b.head_cont, b.head_due, b.head_id) k
-            WHERE NOT EXISTS (SELECT 1 FROM tasks t
-                              WHERE t.id = b.head_id AND t.state = 'pending' AND t.queue = p_queue
-                                AND t.fairness_key = b.key AND t.priority = b.head_prio
-                                AND t.continuation = b.head_cont AND t.due_at = b.head_due)
-        ) h
+        SELECT s.key, s.head_id, s.head_prio, s.head_cont, s.head_due FROM seen s WHERE s.pending
+        UNION ALL
+        SELECT s.key, k.head_id, k.head_prio, k.head_cont, k.head_due
+        FROM seen s
+        CROSS JOIN LATERAL harvest_key_head(p_queue, s.key, s.head_prio, s.head_cont, s.head_due, s.head_id) k
+        WHERE NOT s.pending
     )
     INSERT INTO fair_state AS s (queue, key, head_id, head_prio, head_cont, head_due)
     SELECT p_queue, l.key, l.head_id, l.head_prio, l.head_cont, l.head_due FROM live l
