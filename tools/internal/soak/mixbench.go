@@ -132,7 +132,7 @@ func RunMix(ctx context.Context, o MixOptions) error {
 	writeSettings(out, "the harness sets only these (everything else is the shipped default):",
 		append(f.workerRequired(0, "w0-0"), f.gatewayRequired(0)...))
 	if standIn {
-		fmt.Fprintln(out, "autovacuum is off on this server: the harness vacuums runs and tasks once a minute in its place (counted as the database's work)")
+		fmt.Fprintln(out, standInNote)
 	}
 	if !db.local {
 		fmt.Fprintln(out, "the server is not on this machine (or its processes cannot be read): database CPU is n/a")
@@ -145,11 +145,8 @@ func RunMix(ctx context.Context, o MixOptions) error {
 		return interrupted(ctx, err)
 	}
 	defer load.Abort()
-	vacT := time.NewTicker(time.Minute)
+	vacT := newStandInTicker(standIn)
 	defer vacT.Stop()
-	if !standIn {
-		vacT.Stop()
-	}
 	var done []mixStep
 	var cpuSteps []string
 	cpu := newCPUSampler(f)
@@ -168,7 +165,7 @@ ramp:
 				end.Stop()
 				stopped = true
 				break ramp
-			case <-vacT.C:
+			case <-vacT.C():
 				vacuumAsWorkload(ctx, urls)
 			case <-end.C:
 				break wait
@@ -219,10 +216,10 @@ ramp:
 	return nil
 }
 
-// vacuumAsWorkload vacuums runs and tasks on each shard in place of the
-// server's autovacuum, over connections of the shard (not the harness's
-// application name), so that its CPU counts as the database's work for
-// the mix, as autovacuum's would.
+// vacuumAsWorkload does autovacuum's work on each shard in place of the
+// server's (standInVacuum), over connections of the shard (not the
+// harness's application name), so that its CPU counts as the database's
+// work for the mix, as autovacuum's would.
 func vacuumAsWorkload(ctx context.Context, urls []string) {
 	for _, u := range urls {
 		vctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -230,7 +227,7 @@ func vacuumAsWorkload(ctx context.Context, urls []string) {
 		if err == nil {
 			cfg.RuntimeParams["application_name"] = AppName + "-vacuum"
 			if c, err := pgx.ConnectConfig(vctx, cfg); err == nil {
-				_, _ = c.Exec(vctx, `VACUUM (SKIP_LOCKED) runs, tasks`)
+				_, _ = c.Exec(vctx, standInVacuum)
 				_ = c.Close(vctx)
 			}
 		}

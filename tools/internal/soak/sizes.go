@@ -108,10 +108,10 @@ func (f *Fleet) AutovacuumOff(ctx context.Context) bool {
 	return err == nil && !on
 }
 
-// VacuumRunsAndTasks vacuums the two big tables of every shard, as
-// autovacuum would, for a server that runs without it.
+// VacuumRunsAndTasks does autovacuum's work on every shard
+// (standInVacuum), for a server that runs without it.
 func (f *Fleet) VacuumRunsAndTasks(ctx context.Context) {
 	for _, p := range f.direct {
-		_, _ = p.Exec(ctx, `VACUUM (SKIP_LOCKED) runs, tasks`)
+		_, _ = p.Exec(ctx, standInVacuum)
 	}
 }

@@ -149,13 +149,13 @@ func Run(ctx context.Context, o SoakOptions) (err error) {
 	}
 	sizesBefore := f.TableSizes(ctx)
 	// On a server without autovacuum (a test server, say) the soak stands
-	// in for it once a minute on runs and tasks, and says so: otherwise
-	// their dead rows grow for the whole run and the sizes say nothing of
-	// Harvest. The fair claim's tables and the hot rows are vacuumed by the
-	// janitor either way.
+	// in for it (standInVacuum) and says so: otherwise dead rows grow for
+	// the whole run and the sizes say nothing of Harvest, and the tables
+	// are never analyzed. The fair claim's tables and the hot rows are
+	// vacuumed by the janitor either way.
 	standIn := f.AutovacuumOff(ctx)
 	if standIn {
-		logf("autovacuum is off on this server: the soak vacuums runs and tasks once a minute in its place")
+		logf("%s", standInNote)
 	}
 	mon := NewMonitor(f, o.WorkersPerShard*min(soakBatch, o.Slots))
 	defer mon.Stop()
@@ -185,11 +185,8 @@ func Run(ctx context.Context, o SoakOptions) (err error) {
 		sizes = append(sizes, sizeSample{at, f.TableSizes(sctx)})
 		cancel()
 	}
-	vacT := time.NewTicker(time.Minute)
+	vacT := newStandInTicker(standIn)
 	defer vacT.Stop()
-	if !standIn {
-		vacT.Stop()
-	}
 	sampleMem()
 	end := time.After(o.Duration)
 	faultT := time.NewTicker(o.FaultEvery)
@@ -214,7 +211,7 @@ loop:
 			break loop
 		case <-end:
 			break loop
-		case <-vacT.C:
+		case <-vacT.C():
 			vctx, cancel := context.WithTimeout(ctx, time.Minute)
 			f.VacuumRunsAndTasks(vctx)
 			cancel()
