@@ -521,7 +521,7 @@ BEGIN
     SELECT array_agg(x.id) INTO v_locked FROM (
         SELECT t.id, t.state, t.queue, t.fairness_key, t.priority, t.continuation, t.due_at FROM tasks t
         WHERE t.id = ANY (v_ids)
-        ORDER BY t.id FOR UPDATE OF t) x
+        ORDER BY t.id OFFSET 0 FOR UPDATE OF t) x
     JOIN unnest(v_ids, v_pkeys, v_cont, v_due) AS p(id, key, cont, due) ON p.id = x.id
     WHERE x.state = 'pending' AND x.queue = p_queue AND x.fairness_key = p.key AND x.priority = v_prio
       AND x.continuation = p.cont AND x.due_at = p.due;
