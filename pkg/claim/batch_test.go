@@ -174,22 +174,10 @@ func TestCompleteBatchFencesEachLease(t *testing.T) {
 func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 	t.Parallel()
 	single, batch := setup(t), setup(t)
-	conn, err := batch.db.Acquire(batch.ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(batch.ctx, `SET track_functions = 'pl'`)
-	require.NoError(t, err)
+	conn, calls := plCalls(t, batch)
 	req := claim.Request{Queue: "q", Worker: "w", Fair: true, Now: t0.Add(time.Hour), Lease: time.Minute}
-	// The bulk plans this session made so far; the statistics are flushed
-	// at the end of the transaction after pg_stat_force_next_flush.
-	bulkCalls := func(t require.TestingT) int {
-		_, err := conn.Exec(batch.ctx, `SELECT pg_stat_force_next_flush()`)
-		require.NoError(t, err)
-		var calls int
-		require.NoError(t, conn.QueryRow(batch.ctx, `SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions
-			WHERE funcname = 'harvest_claim_bulk_fair'`).Scan(&calls))
-		return calls
-	}
+	// The bulk plans this session made so far.
+	bulkCalls := func(t require.TestingT) int { return calls(t, "harvest_claim_bulk_fair") }
 	var pinnedThenBulk, refusedInBatch int
 
 	rapid.Check(t, func(rt *rapid.T) {
@@ -313,10 +301,10 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 		require.Equal(rt, single.clock(), batch.clock())
 		require.Equal(rt, single.summaries(), batch.summaries())
 	})
-	calls := bulkCalls(t)
+	plans := bulkCalls(t)
 	t.Logf("bulk plans: %d; batches that began with pinned rows and went on in bulk: %d; batch results with refusals: %d",
-		calls, pinnedThenBulk, refusedInBatch)
-	require.Positive(t, calls, "no batch was planned in bulk")
+		plans, pinnedThenBulk, refusedInBatch)
+	require.Positive(t, plans, "no batch was planned in bulk")
 	require.Positive(t, pinnedThenBulk, "no batch went on in bulk after its pinned rows")
 }
 

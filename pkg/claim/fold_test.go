@@ -19,11 +19,7 @@ import (
 func TestFoldSkipsArrivalsAlreadyTaken(t *testing.T) {
 	t.Parallel()
 	single, batch := setup(t), setup(t)
-	conn, err := batch.db.Acquire(batch.ctx)
-	require.NoError(t, err)
-	defer conn.Release()
-	_, err = conn.Exec(batch.ctx, `SET track_functions = 'pl'`)
-	require.NoError(t, err)
+	conn, calls := plCalls(t, batch)
 
 	now := t0.Add(time.Hour)
 	for _, b := range []*bundle{single, batch} {
@@ -43,10 +39,10 @@ func TestFoldSkipsArrivalsAlreadyTaken(t *testing.T) {
 	}
 
 	req := claim.Request{Queue: "q", Worker: "w", Fair: true, Lease: time.Minute, Now: now}
-	steps0 := calls(t, batch, conn, "harvest_claim_step")
+	steps0 := calls(t, "harvest_claim_step")
 	got, err := claim.ClaimBatch(batch.ctx, conn, req, 20)
 	require.NoError(t, err)
-	steps := calls(t, batch, conn, "harvest_claim_step") - steps0
+	steps := calls(t, "harvest_claim_step") - steps0
 	require.Len(t, got, 20)
 	for i, g := range got {
 		want := single.claim(req)

@@ -1,6 +1,9 @@
 package soak
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // standInVacuum is what the harness runs on each shard in place of
 // autovacuum when the server runs without it (a test server, as here).
@@ -24,13 +27,12 @@ const (
 const standInNote = "autovacuum is off on this server: the harness vacuums and analyzes each shard in its place, " +
 	"10 s into the load and then once a minute (counted as the database's work)"
 
-// standInTicker fires at standInFirst and then every standInEvery; a
-// stopped one (the server runs its own autovacuum) never fires.
+// standInTicker fires at standInFirst and then every standInEvery; one
+// made off (the server runs its own autovacuum) never fires.
 type standInTicker struct {
-	first *time.Timer
-	every *time.Ticker
-	c     chan time.Time
-	done  chan struct{}
+	c    chan time.Time
+	done chan struct{}
+	once sync.Once
 }
 
 // newStandInTicker starts the stand-in's schedule when on is true.
@@ -39,28 +41,18 @@ func newStandInTicker(on bool) *standInTicker {
 	if !on {
 		return t
 	}
-	t.first = time.NewTimer(standInFirst)
 	go func() {
-		select {
-		case now := <-t.first.C:
-			select {
-			case t.c <- now:
-			case <-t.done:
-				return
-			}
-		case <-t.done:
-			return
-		}
-		t.every = time.NewTicker(standInEvery)
-		defer t.every.Stop()
+		timer := time.NewTimer(standInFirst)
+		defer timer.Stop()
 		for {
 			select {
-			case now := <-t.every.C:
+			case now := <-timer.C:
 				select {
 				case t.c <- now:
 				case <-t.done:
 					return
 				}
+				timer.Reset(standInEvery)
 			case <-t.done:
 				return
 			}
@@ -73,13 +65,4 @@ func newStandInTicker(on bool) *standInTicker {
 func (t *standInTicker) C() <-chan time.Time { return t.c }
 
 // Stop ends the schedule.
-func (t *standInTicker) Stop() {
-	select {
-	case <-t.done:
-	default:
-		close(t.done)
-	}
-	if t.first != nil {
-		t.first.Stop()
-	}
-}
+func (t *standInTicker) Stop() { t.once.Do(func() { close(t.done) }) }
