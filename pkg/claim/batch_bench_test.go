@@ -195,3 +195,22 @@ func takeBatches(b *testing.B, tb *bundle, req claim.Request, bulkFn string) {
 		b.ReportMetric(calls(bulkFn)/float64(i), "bulk/op")
 	}
 }
+
+// BenchmarkClaimBatchTwoLevelRefusedHead is BenchmarkClaimBatchRefusedHead
+// in a two-level queue: fair batches of 50 over 40,000 rows on 20 groups
+// of 10 sub-keys, where every row of one sub-key (t0/k0) carries a quota
+// key whose bucket is empty for the whole run. That key is never charged,
+// so its lag within its group stays 0, and every claim that reaches its
+// head before the row it takes (the claims of group t0, and of the groups
+// whose lag is not below t0's) refuses it. The rows taken stay running. steps/op and bulk/op say whether the refusal kept the batch on
+// the bulk path (harvest_claim_bulk_group).
+func BenchmarkClaimBatchTwoLevelRefusedHead(b *testing.B) {
+	tb := setup(b)
+	tb.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'bench')`)
+	// A token every 10^6 s, none left.
+	tb.exec(`INSERT INTO quotas (queue, quota_key, rate, burst) VALUES ('q', 'empty', 0.000001, 1)`)
+	tb.exec(`INSERT INTO rate_buckets (queue, quota_key, tokens, updated_at) VALUES ('q', 'empty', 0, now())`)
+	fillBacklog(tb, 40000, `'t' || r.pk % 20 || '/k' || (r.pk / 20) % 10`,
+		`CASE WHEN r.pk % 200 = 0 THEN 'empty' ELSE '' END`, true)
+	takeBatches(b, tb, claim.Request{Queue: "q", Worker: "w", Fair: true}, "harvest_claim_bulk_group")
+}

@@ -294,3 +294,48 @@ func TestTwoLevelBatchTakesBulkSteps(t *testing.T) {
 	require.Zero(t, steps, "a two-level batch took single steps")
 	require.Positive(t, bulk)
 }
+
+// A refused head in a two-level queue keeps the batch on the bulk path: the
+// head of key acme/a carries a quota key whose cap is full, so every claim
+// that reaches it refuses it, and the claims of its group go to acme/b and
+// acme/c. The bulk step leaves acme/a out of its replay and reports the
+// refusal on each row whose single claim would reach the head first, so the
+// batch gives the model's single claims, refusals included, with no single
+// step. (The bulk step used to end its plan before the refused row and was
+// not asked again after a claim that refused: the rest of each batch took
+// single steps, 14 in the first batch of 30 and 20 in the second.)
+func TestTwoLevelBatchRefusedHeadStaysInBulk(t *testing.T) {
+	t.Parallel()
+	tw := newRefusedHeadTwin(t)
+	tw.b.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'test')`)
+	tw.m.SetTwoLevel("q", true)
+	conn, steps := tw.capFull(t)
+	tw.add("acme/a", "capped", 0, 1, "")
+	tw.add("acme/a", "", 0, 2, "")
+	// Eight rows of each other key, due before the claims' time (a
+	// minute after t0); rows of one due time go by id.
+	for i, key := range []string{"acme/b", "acme/c", "g0/k0", "g0/k1", "g1/k0", "g1/k1", "g1/k2", "g2", "g3/k0"} {
+		for j := range 8 {
+			tw.add(key, "", 0, 10+i+j, "")
+		}
+	}
+	before := steps()
+	got := tw.batchOn(t, conn, tw.req(true, "w1", 0), 30)
+	require.Len(t, got, 30)
+	refused := 0
+	for _, g := range got {
+		if len(g.Refused) > 0 {
+			refused++
+		}
+	}
+	require.Positive(t, refused, "some rows carry the refusal of acme/a's head")
+	first := steps() - before
+	// The second batch is a statement of its own: it meets the refused head
+	// again with no refusals to start from.
+	got = tw.batchOn(t, conn, tw.req(true, "w1", 0), 30)
+	require.Len(t, got, 30)
+	second := steps() - before - first
+	t.Logf("single steps: %d in the first batch of 30, %d in the second", first, second)
+	require.LessOrEqual(t, first, 2, "the first batch stays on bulk steps")
+	require.LessOrEqual(t, second, 2, "the second batch stays on bulk steps")
+}

@@ -5,15 +5,16 @@
 -- (harvest_queue_lone), fair batches take the lock shared and claim side
 -- by side (harvest_claim_lone). Bulk steps (harvest_claim_bulk_fair,
 -- harvest_claim_bulk_group in a two-level queue, harvest_claim_bulk) take
--- runs of rows at once where that gives the same result (the fair and the
--- ordinary ones apply the quota rechecks themselves, refusals included;
--- the fair one starts from the refusals of the claim before it: the keys
--- of a higher priority than that claim's row all sit out; the ordinary
--- one finds earlier refusals again, since refused rows stay first in the
--- seek order; the two-level one ends its run before a refusal and is not
--- asked after a claim that refused); every other step
--- is the single claim. The single claim takes
--- the rows pinned to its worker before any other, and the bulk steps know
+-- runs of rows at once where that gives the same result (they apply the
+-- quota rechecks themselves and go on past a refused row, the fair ones
+-- leaving its key out of the rest of the step and the ordinary one its
+-- quota key, each later row carrying the refusals its single claim would
+-- report; the two fair ones start from the refusals of the claim before
+-- it: the keys of a higher priority than that claim's row all sit out;
+-- the ordinary one finds earlier refusals again, since refused rows stay
+-- first in the seek order); every other step is the single claim. The
+-- single claim takes the rows pinned to its worker before any other, and
+-- the bulk steps know
 -- nothing of pins: so while a due row pinned to p_worker is pending the
 -- batch takes single steps, and once none is left it goes on in bulk (a
 -- pinned row another claimer holds keeps it on single steps, which skip
@@ -124,16 +125,20 @@ BEGIN
            AND NOT harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut) THEN
             v_got := 0;
             IF p_fair AND v_two THEN
-                -- Its rows carry no refusals: it is not asked after a
-                -- claim that refused (that claim's refusals would come
-                -- again with every later claim), and it ends its plan
-                -- before a row a recheck refuses.
-                IF v_above IS NULL THEN
-                    FOR r_out IN SELECT * FROM harvest_claim_bulk_group(p_queue, p_worker, p_now, p_lease, v_left,
-                                                                        v_runtime) LOOP
-                        v_got := v_got + 1;
-                        RETURN NEXT r_out;
-                    END LOOP;
+                -- As the one-level step below: it starts from the
+                -- refusals of the claim before it, and a last row
+                -- 'refused' ends the batch.
+                FOR r_out IN SELECT * FROM harvest_claim_bulk_group(p_queue, p_worker, p_now, p_lease, v_left,
+                                                                    v_runtime, v_above, v_ref) LOOP
+                    EXIT WHEN r_out.outcome <> 'ok';
+                    v_got := v_got + 1;
+                    RETURN NEXT r_out;
+                    v_above := CASE WHEN jsonb_array_length(r_out.refusals) > 0 THEN r_out.priority END;
+                    v_ref := r_out.refusals;
+                END LOOP;
+                IF r_out.outcome = 'refused' THEN
+                    v_took := v_took OR v_got > 0;
+                    EXIT;
                 END IF;
             ELSIF p_fair THEN
                 -- A last row 'refused': the claim after the rows taken

@@ -280,20 +280,8 @@ BEGIN
     -- claim holding a row of the plan. A row that left the pending state
     -- or moved meanwhile ends the plan before it; a row the rechecks
     -- below refuse stays locked, untouched, until the commit, as the
-    -- single claim's refused rows do. The rows are found by id alone and
-    -- compared once locked: the generic plan of a join on the other
-    -- columns can go through the queue's pending rows (it did, on tables
-    -- without statistics) and read the whole backlog to lock a few rows;
-    -- OFFSET 0 keeps the planner from pushing those comparisons back into
-    -- the locking scan. A row that no longer matches stays locked,
-    -- untouched, all the same.
-    SELECT array_agg(x.id) INTO v_locked FROM (
-        SELECT t.id, t.state, t.queue, t.fairness_key, t.priority, t.continuation, t.due_at FROM tasks t
-        WHERE t.id = ANY (v_ids)
-        ORDER BY t.id OFFSET 0 FOR UPDATE OF t) x
-    JOIN unnest(v_ids, v_pkeys, v_conts, v_dues) AS p(id, key, cont, due) ON p.id = x.id
-    WHERE x.state = 'pending' AND x.queue = p_queue AND x.fairness_key = p.key AND x.priority = v_prio
-      AND x.continuation = p.cont AND x.due_at = p.due;
+    -- single claim's refused rows do (harvest_rows_lock).
+    v_locked := harvest_rows_lock(p_queue, v_prio, v_ids, v_pkeys, v_conts, v_dues, false);
     FOR v_i IN 1..v_k LOOP
         IF v_locked IS NULL OR NOT (v_ids[v_i] = ANY (v_locked)) THEN
             v_k := v_i - 1;

@@ -1,14 +1,15 @@
 -- One bulk step of a batch in a two-level fair queue: up to p_n rows in the
 -- order as many single claims would take them (harvest_pick_group_heads,
--- then harvest_charge), with the lags they would report and the charges
--- they would make to the keys and to their groups; or fewer, down to none,
--- where this step cannot be sure of that order, and the caller goes on
--- with the single claim. The caller holds the queue's fair lock, has
--- folded its arrivals, and checked that there is no ageing, no row pinned
--- to the worker, and that the claim before this step refused nothing (a
--- refused head would be refused again by every later claim, and this step
--- carries no refusals). p_runtime: the queue is charged by runtime (each
--- claim bills its key's held estimate, fixed within the statement).
+-- harvest_pick_group_rows after a refusal, then harvest_charge), with the
+-- lags and refusals they would report and the charges they would make to
+-- the keys and to their groups; or fewer, down to none, where this step
+-- cannot be sure of that order, and the caller goes on with the single
+-- claim. The caller holds the queue's fair lock, has folded its arrivals,
+-- and checked that there is no ageing and no row pinned to the worker.
+-- p_runtime: the queue is charged by runtime (each claim bills its key's
+-- held estimate, fixed within the statement). p_above, p_ref: the priority
+-- of the row the batch's claim before this step took and that claim's
+-- refusals, when it had any (as for harvest_claim_bulk_fair).
 --
 -- The single claims compare the keys whose heads share the top priority
 -- by their group's lag among the groups, then their own lag within their
@@ -18,6 +19,12 @@
 -- the step replays the single claims one by one on figures read once,
 -- with the same arithmetic (harvest_lag, harvest_start_tag, the running
 -- sums of harvest_charge), and writes the result once:
+--   0. when the claim before it refused heads and took a row of priority
+--      p_above, the keys whose heads are above that priority sit out (their
+--      heads were refused or skipped then, and a quota only gets stricter
+--      within the statement) and are reported first by every claim, in the
+--      claim's order; a head not where the summary says, or whose quota key
+--      that claim did not refuse, leaves the step to the single claim;
 --   1. reads every key with a head of the top priority (as the single pick
 --      does), ranks the groups by their best key in the pick's order, and
 --      keeps the first p_n groups and, in each, its first keys (a share of
@@ -32,22 +39,38 @@
 --   2. reads some rows of each key kept from its head (the head's band from
 --      the head on, then the normal band when the head is a continuation),
 --      and more of a key when the replay has used all read so far;
---   3. replays the claims: each takes the least (group lag, key lag, band,
---      due time, id) among the kept keys' heads, and the plan stops before
---      a claim that something left out could take or tie (it is not
---      strictly before the bound), or whose key's head is not where the
---      summary says (the single claim repairs it first). A charge moves the
---      key's pass, its group's key clock and pass, the groups' clock and
---      the queue clock V as harvest_charge does;
---   4. locks the rows replayed (a row that left the pending state or moved
---      ends the plan before it), makes the quota rechecks in claim order
---      with the numbers the single claims would see (as
---      harvest_claim_bulk_fair does), and ends the plan before the first
---      row refused (the single claim refuses it and reports the refusal);
+--   3. replays the claims: each reaches the least (group lag, key lag, band,
+--      due time, id) among the kept keys' heads that do not sit out, and
+--      the plan stops before a pick that something left out could take or
+--      tie (it is not strictly before the bound), or whose key's head is not
+--      where the summary says (the single claim repairs it first). A charge
+--      moves the key's pass, its group's key clock and pass, the groups'
+--      clock and the queue clock V as harvest_charge does. A head the
+--      rechecks refuse is not charged: its key sits out of the rest of the
+--      replay (its head stays its head, and stays refused), and the claim
+--      reaches the next head, as the single claim does;
+--   4. the rechecks need the quota rows, which are locked only after the
+--      rows (the single claim's lock order). So the replay runs first as a
+--      plan, in which only the heads of quota keys known to be refused (by
+--      p_ref, or by an earlier check) sit out; the rows it reaches are
+--      locked (a row that left the pending state or moved cannot be taken),
+--      the quota rows of their quota keys locked and read, and the replay
+--      runs again as the check: the rechecks in claim order with the
+--      numbers the single claims would see (as harvest_claim_bulk_fair,
+--      3a), each row taken reporting the refused heads its single claim
+--      would reach before it (those that sort before it in that claim's
+--      order, the first of each quota key), a claim that would reach 8
+--      refusals ending the batch with them. The check stops before a row
+--      the plan did not lock or a quota key it did not read: when it found
+--      a refusal the plan did not know, the plan runs again with it (the
+--      new rows locked without waiting, since quota rows are held now), at
+--      most three plans in all;
 --   5. leases the rows kept and writes each key's state and new head, each
 --      group's row, the groups' clock, V and the debt marks once.
+DROP FUNCTION IF EXISTS harvest_claim_bulk_group(text, text, timestamptz, interval, integer, boolean);
 CREATE OR REPLACE FUNCTION harvest_claim_bulk_group(p_queue text, p_worker text, p_now timestamptz,
-                                                    p_lease interval, p_n integer, p_runtime boolean)
+                                                    p_lease interval, p_n integer, p_runtime boolean,
+                                                    p_above integer DEFAULT NULL, p_ref jsonb DEFAULT NULL)
 RETURNS SETOF harvest_claimed
 LANGUAGE plpgsql
 -- See harvest_claim_bulk_fair.
@@ -181,8 +204,101 @@ DECLARE
     v_secs    double precision[];
     r_quota   record;
     r_head    record;
+    -- The state the replay starts from, for each of its runs.
+    k_pass0   double precision[];
+    k_cost0   double precision[];
+    k_step0   double precision[];
+    k_est0    double precision[];
+    k_cur0    integer[];
+    k_hc0     boolean[];
+    k_hd0     timestamptz[];
+    k_hi0     bigint[];
+    g_pass0   double precision[];
+    g_kc0     double precision[];
+    -- The kept keys that sit out (their head refused).
+    k_out     boolean[];
+    -- The refused heads a claim may reach before its row: the ones above
+    -- p_above (the first v_nseed), then the ones the check refused. Each
+    -- with its quota key and why, its priority, its group (a kept group's
+    -- index, whose figures move with the replay, else 0 and the group's
+    -- pass and key clock as read), its key's pass and its band, due time.
+    b_id      bigint[] := '{}';
+    b_qk      text[] := '{}';
+    b_why     text[] := '{}';
+    b_prio    integer[] := '{}';
+    b_grp     text[] := '{}';
+    b_gi      integer[] := '{}';
+    b_gpass   double precision[] := '{}';
+    b_kc      double precision[] := '{}';
+    b_kpass   double precision[] := '{}';
+    b_cont    boolean[] := '{}';
+    b_due     timestamptz[] := '{}';
+    v_nseed   integer;
+    -- Of one claim: the refused heads before its row, with their lags.
+    v_bx      integer[];
+    v_bgx     double precision[];
+    v_bkx     double precision[];
+    v_rgl     double precision;
+    v_rkl     double precision;
+    v_rg      integer;
+    v_ref     jsonb;
+    v_stop    jsonb;
+    s_ref     jsonb[] := '{}';
+    -- The quota keys known to be refused (the plan's), how many there were
+    -- when the check began; the rows the plan reached (by index into r_*),
+    -- the rows asked to lock and those locked, the quota keys read.
+    v_kr      text[];
+    v_kr0     integer;
+    v_pick    integer[] := '{}';
+    v_newr    integer[];
+    v_req     bigint[] := '{}';
+    v_asked   text[] := '{}';
+    v_check   boolean := false;
+    v_round   integer := 0;
+    v_stopped text;
+    v_qkey    text;
+    v_why     text;
+    v_qwhy    text[] := '{}';
+    r_out     harvest_claimed;
 BEGIN
     SELECT coalesce(max(q.group_clock), 0) INTO v_gclock0 FROM fair_queues q WHERE q.queue = p_queue;
+
+    -- 0. What the batch's claim before this step refused (p_ref), when it
+    -- took a row of priority p_above: every key whose head is above that
+    -- priority sits out, its head reported first by every claim (see 3).
+    v_kr := '{}';
+    IF jsonb_array_length(p_ref) > 0 THEN
+        v_kr := ARRAY(SELECT DISTINCT e->>'quota_key' FROM jsonb_array_elements(p_ref) e);
+    END IF;
+    IF p_above IS NOT NULL THEN
+        FOR r_head IN
+            SELECT f.key, f.pass, f.head_prio, h.id, h.state, h.priority, h.quota_key, h.continuation, h.due_at,
+                   g.pass AS gpass, coalesce(g.key_clock, 0) AS kc
+            FROM fair_state f
+            LEFT JOIN tasks h ON h.id = f.head_id
+            LEFT JOIN LATERAL (SELECT g0.pass, g0.key_clock FROM fair_groups g0
+                               WHERE g0.queue = p_queue AND g0.grp = split_part(f.key, '/', 1) LIMIT 1) g ON true
+            WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND f.head_prio > p_above
+        LOOP
+            v_why := (SELECT e->>'reason' FROM jsonb_array_elements(p_ref) e
+                      WHERE e->>'quota_key' = r_head.quota_key LIMIT 1);
+            IF r_head.id IS NULL OR r_head.state <> 'pending' OR r_head.priority <> r_head.head_prio
+               OR r_head.due_at > v_due_cut OR v_why IS NULL THEN
+                RETURN;
+            END IF;
+            b_id := array_append(b_id, r_head.id);
+            b_qk := array_append(b_qk, r_head.quota_key);
+            b_why := array_append(b_why, v_why);
+            b_prio := array_append(b_prio, r_head.priority);
+            b_grp := array_append(b_grp, split_part(r_head.key, '/', 1));
+            b_gpass := array_append(b_gpass, r_head.gpass);
+            b_kc := array_append(b_kc, r_head.kc);
+            b_kpass := array_append(b_kpass, r_head.pass);
+            b_cont := array_append(b_cont, r_head.continuation);
+            b_due := array_append(b_due, r_head.due_at);
+        END LOOP;
+    END IF;
+    v_nseed := cardinality(b_id);
 
     -- 1. The groups and keys kept, and the bounds of those left out.
     -- The parts are scans of the ones before, without joins between them
@@ -197,7 +313,7 @@ BEGIN
                            WHERE g0.queue = p_queue AND g0.grp = s.grp LIMIT 1) g ON true
         LEFT JOIN LATERAL (SELECT w0.weight FROM group_weights w0
                            WHERE w0.queue = p_queue AND w0.grp = s.grp LIMIT 1) w ON true
-        WHERE f.queue = p_queue AND f.head_id IS NOT NULL
+        WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND (p_above IS NULL OR f.head_prio <= p_above)
     ), top AS (
         SELECT k.*, harvest_lag(k.gpass, v_gclock0) AS glag, harvest_lag(k.pass, k.kc) AS klag,
                harvest_start_tag(k.pass, k.kc) AS s0, harvest_start_tag(k.gpass, v_gclock0) AS gs0
@@ -342,260 +458,439 @@ BEGIN
                                      IS DISTINCT FROM (k_hi[v_ki], k_hc[v_ki], k_hd[v_ki]);
         k_more[v_ki] := k_got[v_ki] >= k_cnt[v_ki];
     END LOOP;
-
-    -- 3. The replay. Each group first competes with its best kept key, or
-    -- with the bound of its keys left out when that bound is not after it.
-    v_gclock := v_gclock0;
-    v_clock := v_clock0;
-    v_gi := 0;
-    LOOP
-        -- What the groups v_gi (all at first, then the one just charged)
-        -- compete with now.
-        v_lo := CASE WHEN v_gi = 0 THEN 1 ELSE v_gi END;
-        v_hi := CASE WHEN v_gi = 0 THEN v_g ELSE v_gi END;
-        FOR v_i IN v_lo..v_hi LOOP
-            g_best[v_i] := 0;
-            g_bi[v_i] := NULL;
-            FOR v_ki IN g_k0[v_i]..g_k1[v_i] LOOP
-                CONTINUE WHEN k_hi[v_ki] IS NULL;
-                v_kl := harvest_lag(k_pass[v_ki], g_kc[v_i]);
-                IF g_bi[v_i] IS NULL OR (v_kl, NOT k_hc[v_ki], k_hd[v_ki], k_hi[v_ki])
-                        < (g_bkl[v_i], NOT g_bc[v_i], g_bd[v_i], g_bi[v_i]) THEN
-                    g_best[v_i] := v_ki;
-                    g_bkl[v_i] := v_kl;
-                    g_bc[v_i] := k_hc[v_ki];
-                    g_bd[v_i] := k_hd[v_ki];
-                    g_bi[v_i] := k_hi[v_ki];
-                END IF;
-            END LOOP;
-            IF g_x0[v_i] > 0 THEN
-                WHILE g_x0[v_i] + g_xpos[v_i] <= g_x1[v_i] AND xk_s[g_x0[v_i] + g_xpos[v_i]] <= g_kc[v_i] LOOP
-                    g_xpos[v_i] := g_xpos[v_i] + 1;
-                END LOOP;
-                IF g_xpos[v_i] > 0 THEN
-                    v_xl := 0;
-                    v_xr := xk_pm[g_x0[v_i] + g_xpos[v_i] - 1];
-                ELSE
-                    v_xl := xk_s[g_x0[v_i]] - g_kc[v_i];
-                    v_xr := xk_pm[g_x1[v_i]];
-                END IF;
-                IF g_bi[v_i] IS NULL OR NOT ((g_bkl[v_i], NOT g_bc[v_i], g_bd[v_i], g_bi[v_i])
-                                             < (v_xl, NOT xk_c[v_xr], xk_d[v_xr], xk_i[v_xr])) THEN
-                    g_best[v_i] := 0;
-                    g_bkl[v_i] := v_xl;
-                    g_bc[v_i] := xk_c[v_xr];
-                    g_bd[v_i] := xk_d[v_xr];
-                    g_bi[v_i] := xk_i[v_xr];
-                END IF;
-            END IF;
-        END LOOP;
-        EXIT WHEN v_k >= p_n;
-        -- The pick among the groups kept.
-        v_gi := 0;
-        FOR v_i IN 1..v_g LOOP
-            CONTINUE WHEN g_bi[v_i] IS NULL;
-            v_gl := harvest_lag(g_pass[v_i], v_gclock);
-            -- The group lags differ far more often than they tie.
-            IF v_gi = 0 OR v_gl < v_bgl
-               OR (v_gl = v_bgl AND (g_bkl[v_i], NOT g_bc[v_i], g_bd[v_i], g_bi[v_i])
-                                    < (g_bkl[v_gi], NOT g_bc[v_gi], g_bd[v_gi], g_bi[v_gi])) THEN
-                v_gi := v_i;
-                v_bgl := v_gl;
-            END IF;
-        END LOOP;
-        -- No kept group has work of the top priority left: the caller's
-        -- next step goes on (with the groups left out, or the next
-        -- priority).
-        EXIT WHEN v_gi = 0;
-        v_ki := g_best[v_gi];
-        -- A key left out may come first in the group, or the key's head is
-        -- stale.
-        EXIT WHEN v_ki = 0 OR k_stale[v_ki];
-        -- A group left out may come first.
-        IF xg_s IS NOT NULL THEN
-            WHILE v_xgpos < cardinality(xg_s) AND xg_s[v_xgpos + 1] <= v_gclock LOOP
-                v_xgpos := v_xgpos + 1;
-            END LOOP;
-            IF v_xgpos > 0 THEN
-                v_xl := 0;
-                v_xr := xg_pm[v_xgpos];
-            ELSE
-                v_xl := xg_s[1] - v_gclock;
-                v_xr := xg_pm[cardinality(xg_s)];
-            END IF;
-            EXIT WHEN NOT ((v_bgl, g_bkl[v_gi], NOT g_bc[v_gi], g_bd[v_gi], g_bi[v_gi])
-                           < (v_xl, xg_kl[v_xr], NOT xg_c[v_xr], xg_d[v_xr], xg_i[v_xr]));
-        END IF;
-        v_ri := k_cur[v_ki];
-        -- The charge (harvest_charge, two levels).
-        v_kst := harvest_start_tag(k_pass[v_ki], g_kc[v_gi]);
-        v_gst := harvest_start_tag(g_pass[v_gi], v_gclock);
-        k_pass[v_ki] := v_kst + k_step[v_ki];
-        g_pass[v_gi] := v_gst + k_cost[v_ki] / g_w[v_gi];
-        g_kc[v_gi] := greatest(g_kc[v_gi], v_kst);
-        v_gclock := greatest(v_gclock, v_gst);
-        v_clock := greatest(v_clock, v_kst);
-        v_k := v_k + 1;
-        s_k[v_k] := v_ki;
-        s_r[v_k] := v_ri;
-        s_lag[v_k] := g_bkl[v_gi];
-        s_kst[v_k] := v_kst;
-        s_kps[v_k] := k_pass[v_ki];
-        s_cost[v_k] := k_cost[v_ki];
-        s_gst[v_k] := v_gst;
-        s_gps[v_k] := g_pass[v_gi];
-        s_kc[v_k] := g_kc[v_gi];
-        s_gclock[v_k] := v_gclock;
-        s_clock[v_k] := v_clock;
-        -- A key charged for the first time bills its estimate from its next
-        -- claim on (harvest_charge_terms reads it only once the key has
-        -- been charged).
-        IF k_est[v_ki] IS NOT NULL THEN
-            k_cost[v_ki] := k_est[v_ki];
-            k_step[v_ki] := k_est[v_ki] / k_w[v_ki];
-            k_est[v_ki] := NULL;
-        END IF;
-        -- The key's next row: read already, or read now when its last
-        -- read filled its count (it may have more of the top priority).
-        IF r_next[v_ri] = 0 AND k_more[v_ki] AND v_k < p_n THEN
-            v_j := cardinality(r_id);
-            k_cnt[v_ki] := least(p_n - v_k, greatest(2 * k_cnt[v_ki], 4));
-            SELECT r_id || coalesce(array_agg(z.id ORDER BY z.o), '{}'),
-                   r_cont || coalesce(array_agg(z.continuation ORDER BY z.o), '{}'),
-                   r_due || coalesce(array_agg(z.due_at ORDER BY z.o), '{}'),
-                   r_qk || coalesce(array_agg(z.quota_key ORDER BY z.o), '{}'),
-                   count(*)
-            INTO r_id, r_cont, r_due, r_qk, v_i
-            FROM (
-                SELECT z0.*, row_number() OVER (ORDER BY z0.continuation DESC, z0.due_at, z0.id) AS o
-                FROM ((SELECT y.id, y.continuation, y.due_at, y.quota_key FROM tasks y
-                       WHERE y.queue = p_queue AND y.fairness_key = k_name[v_ki] AND y.state = 'pending'
-                         AND y.priority = v_prio AND y.continuation = r_cont[v_ri]
-                         AND (y.due_at, y.id) > (r_due[v_ri], r_id[v_ri])
-                         AND y.due_at <= v_due_cut
-                       ORDER BY y.priority DESC, y.continuation DESC, y.due_at, y.id
-                       LIMIT k_cnt[v_ki])
-                      UNION ALL
-                      (SELECT y.id, y.continuation, y.due_at, y.quota_key FROM tasks y
-                       WHERE r_cont[v_ri] AND y.queue = p_queue AND y.fairness_key = k_name[v_ki]
-                         AND y.state = 'pending' AND y.priority = v_prio AND NOT y.continuation
-                         AND y.due_at <= v_due_cut
-                       ORDER BY y.priority DESC, y.continuation DESC, y.due_at, y.id
-                       LIMIT k_cnt[v_ki])
-                      ORDER BY 2 DESC, 3, 1
-                      LIMIT k_cnt[v_ki]) z0
-            ) z;
-            k_more[v_ki] := v_i >= k_cnt[v_ki];
-            FOR v_i IN v_j + 1..cardinality(r_id) LOOP
-                r_key[v_i] := v_ki;
-                r_next[v_i] := 0;
-                r_next[k_last[v_ki]] := v_i;
-                k_last[v_ki] := v_i;
-            END LOOP;
-        END IF;
-        v_j := r_next[v_ri];
-        k_cur[v_ki] := v_j;
-        IF v_j = 0 THEN
-            -- No row of the top priority left (or none read, once the plan
-            -- is full): the key leaves the replay.
-            k_hi[v_ki] := NULL;
-        ELSE
-            k_hi[v_ki] := r_id[v_j];
-            k_hc[v_ki] := r_cont[v_j];
-            k_hd[v_ki] := r_due[v_j];
-        END IF;
+    -- The seeds' groups: a kept group's figures move with the replay.
+    FOR v_i IN 1..v_nseed LOOP
+        b_gi[v_i] := coalesce(array_position(g_name, b_grp[v_i]), 0);
     END LOOP;
-    IF v_k = 0 THEN
-        RETURN;
-    END IF;
+    v_locked := '{}';
+    k_pass0 := k_pass;
+    k_cost0 := k_cost;
+    k_step0 := k_step;
+    k_est0 := k_est;
+    k_cur0 := k_cur;
+    k_hc0 := k_hc;
+    k_hd0 := k_hd;
+    k_hi0 := k_hi;
+    g_pass0 := g_pass;
+    g_kc0 := g_kc;
 
-    -- 4. Lock the rows replayed, before any quota row (the single claim's
-    -- order); a row that left the pending state or moved ends the plan
-    -- before it. The rows are found by id alone and compared once locked
-    -- (see harvest_claim_bulk_fair, 3. end).
-    v_ids := ARRAY(SELECT r_id[s.r] FROM unnest(s_k, s_r) WITH ORDINALITY AS s(k, r, o) ORDER BY s.o);
-    v_pkeys := ARRAY(SELECT k_name[s.k] FROM unnest(s_k) WITH ORDINALITY AS s(k, o) ORDER BY s.o);
-    v_cont := ARRAY(SELECT r_cont[s.r] FROM unnest(s_r) WITH ORDINALITY AS s(r, o) ORDER BY s.o);
-    v_due := ARRAY(SELECT r_due[s.r] FROM unnest(s_r) WITH ORDINALITY AS s(r, o) ORDER BY s.o);
-    v_qks := ARRAY(SELECT r_qk[s.r] FROM unnest(s_r) WITH ORDINALITY AS s(r, o) ORDER BY s.o);
-    SELECT array_agg(x.id) INTO v_locked FROM (
-        SELECT t.id, t.state, t.queue, t.fairness_key, t.priority, t.continuation, t.due_at FROM tasks t
-        WHERE t.id = ANY (v_ids)
-        ORDER BY t.id OFFSET 0 FOR UPDATE OF t) x
-    JOIN unnest(v_ids, v_pkeys, v_cont, v_due) AS p(id, key, cont, due) ON p.id = x.id
-    WHERE x.state = 'pending' AND x.queue = p_queue AND x.fairness_key = p.key AND x.priority = v_prio
-      AND x.continuation = p.cont AND x.due_at = p.due;
-    FOR v_i IN 1..v_k LOOP
-        IF v_locked IS NULL OR NOT (v_ids[v_i] = ANY (v_locked)) THEN
-            v_k := v_i - 1;
-            v_cut := true;
+    -- 3, 4. The replay, as the plan (v_check false) and then as the check.
+    LOOP
+        k_pass := k_pass0;
+        k_cost := k_cost0;
+        k_step := k_step0;
+        k_est := k_est0;
+        k_cur := k_cur0;
+        g_pass := g_pass0;
+        g_kc := g_kc0;
+        k_hc := k_hc0;
+        k_hd := k_hd0;
+        k_hi := k_hi0;
+        k_out := array_fill(false, ARRAY[v_nk]);
+        g_xpos := array_fill(0, ARRAY[v_g]);
+        v_xgpos := 0;
+        v_gclock := v_gclock0;
+        v_clock := v_clock0;
+        v_gi := 0;
+        v_k := 0;
+        s_k := '{}';
+        s_r := '{}';
+        s_lag := '{}';
+        s_kst := '{}';
+        s_kps := '{}';
+        s_cost := '{}';
+        s_gst := '{}';
+        s_gps := '{}';
+        s_kc := '{}';
+        s_gclock := '{}';
+        s_clock := '{}';
+        s_ref := '{}';
+        v_stopped := NULL;
+        v_stop := NULL;
+        IF v_check THEN
+            b_id := b_id[1:v_nseed];
+            b_qk := b_qk[1:v_nseed];
+            b_why := b_why[1:v_nseed];
+            b_prio := b_prio[1:v_nseed];
+            b_gi := b_gi[1:v_nseed];
+            b_gpass := b_gpass[1:v_nseed];
+            b_kc := b_kc[1:v_nseed];
+            b_kpass := b_kpass[1:v_nseed];
+            b_cont := b_cont[1:v_nseed];
+            b_due := b_due[1:v_nseed];
+            v_qacc := array_fill(0, ARRAY[cardinality(v_qk)]);
+            v_qtok := v_qtok0;
+            v_qwhy := array_fill(NULL::text, ARRAY[cardinality(v_qk)]);
+            v_kr0 := cardinality(v_kr);
+        ELSE
+            v_pick := '{}';
+        END IF;
+        LOOP
+            -- What the groups v_gi (all at first, then the one just charged
+            -- or whose key just sat out) compete with now: each group first
+            -- competes with its best kept key, or with the bound of its
+            -- keys left out when that bound is not after it.
+            v_lo := CASE WHEN v_gi = 0 THEN 1 ELSE v_gi END;
+            v_hi := CASE WHEN v_gi = 0 THEN v_g ELSE v_gi END;
+            FOR v_i IN v_lo..v_hi LOOP
+                g_best[v_i] := 0;
+                g_bi[v_i] := NULL;
+                FOR v_ki IN g_k0[v_i]..g_k1[v_i] LOOP
+                    CONTINUE WHEN k_hi[v_ki] IS NULL OR k_out[v_ki];
+                    v_kl := harvest_lag(k_pass[v_ki], g_kc[v_i]);
+                    IF g_bi[v_i] IS NULL OR (v_kl, NOT k_hc[v_ki], k_hd[v_ki], k_hi[v_ki])
+                            < (g_bkl[v_i], NOT g_bc[v_i], g_bd[v_i], g_bi[v_i]) THEN
+                        g_best[v_i] := v_ki;
+                        g_bkl[v_i] := v_kl;
+                        g_bc[v_i] := k_hc[v_ki];
+                        g_bd[v_i] := k_hd[v_ki];
+                        g_bi[v_i] := k_hi[v_ki];
+                    END IF;
+                END LOOP;
+                IF g_x0[v_i] > 0 THEN
+                    WHILE g_x0[v_i] + g_xpos[v_i] <= g_x1[v_i] AND xk_s[g_x0[v_i] + g_xpos[v_i]] <= g_kc[v_i] LOOP
+                        g_xpos[v_i] := g_xpos[v_i] + 1;
+                    END LOOP;
+                    IF g_xpos[v_i] > 0 THEN
+                        v_xl := 0;
+                        v_xr := xk_pm[g_x0[v_i] + g_xpos[v_i] - 1];
+                    ELSE
+                        v_xl := xk_s[g_x0[v_i]] - g_kc[v_i];
+                        v_xr := xk_pm[g_x1[v_i]];
+                    END IF;
+                    IF g_bi[v_i] IS NULL OR NOT ((g_bkl[v_i], NOT g_bc[v_i], g_bd[v_i], g_bi[v_i])
+                                                 < (v_xl, NOT xk_c[v_xr], xk_d[v_xr], xk_i[v_xr])) THEN
+                        g_best[v_i] := 0;
+                        g_bkl[v_i] := v_xl;
+                        g_bc[v_i] := xk_c[v_xr];
+                        g_bd[v_i] := xk_d[v_xr];
+                        g_bi[v_i] := xk_i[v_xr];
+                    END IF;
+                END IF;
+            END LOOP;
+            EXIT WHEN v_k >= p_n;
+            -- The pick among the groups kept.
+            v_gi := 0;
+            FOR v_i IN 1..v_g LOOP
+                CONTINUE WHEN g_bi[v_i] IS NULL;
+                v_gl := harvest_lag(g_pass[v_i], v_gclock);
+                -- The group lags differ far more often than they tie.
+                IF v_gi = 0 OR v_gl < v_bgl
+                   OR (v_gl = v_bgl AND (g_bkl[v_i], NOT g_bc[v_i], g_bd[v_i], g_bi[v_i])
+                                        < (g_bkl[v_gi], NOT g_bc[v_gi], g_bd[v_gi], g_bi[v_gi])) THEN
+                    v_gi := v_i;
+                    v_bgl := v_gl;
+                END IF;
+            END LOOP;
+            -- No kept group has work of the top priority left: the caller's
+            -- next step goes on (with the groups left out, or the next
+            -- priority).
+            EXIT WHEN v_gi = 0;
+            v_ki := g_best[v_gi];
+            -- A key left out may come first in the group, or the key's head
+            -- is stale.
+            EXIT WHEN v_ki = 0 OR k_stale[v_ki];
+            -- A group left out may come first.
+            IF xg_s IS NOT NULL THEN
+                WHILE v_xgpos < cardinality(xg_s) AND xg_s[v_xgpos + 1] <= v_gclock LOOP
+                    v_xgpos := v_xgpos + 1;
+                END LOOP;
+                IF v_xgpos > 0 THEN
+                    v_xl := 0;
+                    v_xr := xg_pm[v_xgpos];
+                ELSE
+                    v_xl := xg_s[1] - v_gclock;
+                    v_xr := xg_pm[cardinality(xg_s)];
+                END IF;
+                EXIT WHEN NOT ((v_bgl, g_bkl[v_gi], NOT g_bc[v_gi], g_bd[v_gi], g_bi[v_gi])
+                               < (v_xl, xg_kl[v_xr], NOT xg_c[v_xr], xg_d[v_xr], xg_i[v_xr]));
+            END IF;
+            v_ri := k_cur[v_ki];
+            v_qkey := r_qk[v_ri];
+            v_ref := '[]';
+            IF NOT v_check THEN
+                -- The plan: a head of a quota key known to be refused sits
+                -- out; every row reached is locked before the check.
+                v_pick := array_append(v_pick, v_ri);
+                IF v_qkey = ANY (v_kr) THEN
+                    k_out[v_ki] := true;
+                    CONTINUE;
+                END IF;
+            ELSE
+                -- The check: only rows locked, of quota keys read.
+                IF NOT (r_id[v_ri] = ANY (v_locked)) OR (v_qkey <> '' AND NOT (v_qkey = ANY (v_asked))) THEN
+                    v_stopped := 'unread';
+                    EXIT;
+                END IF;
+                -- The recheck (a quota key refused once stays refused).
+                v_why := NULL;
+                v_qi := CASE WHEN v_qkey = '' THEN NULL ELSE array_position(v_qk, v_qkey) END;
+                IF v_qi IS NOT NULL THEN
+                    v_why := v_qwhy[v_qi];
+                    IF v_why IS NULL THEN
+                        IF v_qcap[v_qi] IS NOT NULL AND v_qrun[v_qi] + v_qacc[v_qi] >= v_qcap[v_qi] THEN
+                            v_why := 'concurrency_cap';
+                        ELSIF v_qrate[v_qi] IS NOT NULL AND v_qtok[v_qi] < 1 THEN
+                            v_why := 'rate_limit';
+                        END IF;
+                        v_qwhy[v_qi] := v_why;
+                    END IF;
+                END IF;
+                IF v_why IS NOT NULL THEN
+                    -- Refused: the key sits out, and the claim reaches the
+                    -- next head.
+                    k_out[v_ki] := true;
+                    b_id := array_append(b_id, r_id[v_ri]);
+                    b_qk := array_append(b_qk, v_qkey);
+                    b_why := array_append(b_why, v_why);
+                    b_prio := array_append(b_prio, v_prio);
+                    b_gi := array_append(b_gi, v_gi);
+                    b_gpass := array_append(b_gpass, NULL::double precision);
+                    b_kc := array_append(b_kc, NULL::double precision);
+                    b_kpass := array_append(b_kpass, k_pass[v_ki]);
+                    b_cont := array_append(b_cont, r_cont[v_ri]);
+                    b_due := array_append(b_due, r_due[v_ri]);
+                    IF NOT (v_qkey = ANY (v_kr)) THEN
+                        v_kr := array_append(v_kr, v_qkey);
+                    END IF;
+                    CONTINUE;
+                END IF;
+                -- The claim's refusals: the refused heads that sort before
+                -- its row in its order (lags at the clocks before it), the
+                -- first of each quota key.
+                IF cardinality(b_id) > 0 THEN
+                    v_bx := '{}';
+                    v_bgx := '{}';
+                    v_bkx := '{}';
+                    FOR v_j IN 1..cardinality(b_id) LOOP
+                        v_rg := b_gi[v_j];
+                        IF v_rg > 0 THEN
+                            v_rgl := harvest_lag(g_pass[v_rg], v_gclock);
+                            v_rkl := harvest_lag(b_kpass[v_j], g_kc[v_rg]);
+                        ELSE
+                            v_rgl := harvest_lag(b_gpass[v_j], v_gclock);
+                            v_rkl := harvest_lag(b_kpass[v_j], b_kc[v_j]);
+                        END IF;
+                        IF (-b_prio[v_j], v_rgl, v_rkl, NOT b_cont[v_j], b_due[v_j], b_id[v_j])
+                           < (-v_prio, v_bgl, g_bkl[v_gi], NOT g_bc[v_gi], g_bd[v_gi], g_bi[v_gi]) THEN
+                            v_bx := array_append(v_bx, v_j);
+                            v_bgx := array_append(v_bgx, v_rgl);
+                            v_bkx := array_append(v_bkx, v_rkl);
+                        END IF;
+                    END LOOP;
+                    IF cardinality(v_bx) = 1 THEN
+                        v_ref := jsonb_build_array(jsonb_build_object('task_id', b_id[v_bx[1]],
+                                                                      'quota_key', b_qk[v_bx[1]],
+                                                                      'reason', b_why[v_bx[1]]));
+                    ELSIF cardinality(v_bx) > 1 THEN
+                        SELECT jsonb_agg(jsonb_build_object('task_id', x.id, 'quota_key', x.qk, 'reason', x.why)
+                                         ORDER BY x.prio DESC, x.gl, x.kl, x.cont DESC, x.due, x.id)
+                        INTO v_ref
+                        FROM (SELECT DISTINCT ON (b_qk[u.j]) b_id[u.j] AS id, b_qk[u.j] AS qk, b_why[u.j] AS why,
+                                     b_prio[u.j] AS prio, u.gl, u.kl, b_cont[u.j] AS cont, b_due[u.j] AS due
+                              FROM unnest(v_bx, v_bgx, v_bkx) AS u(j, gl, kl)
+                              ORDER BY b_qk[u.j], b_prio[u.j] DESC, u.gl, u.kl, b_cont[u.j] DESC, b_due[u.j],
+                                       b_id[u.j]) x;
+                        IF jsonb_array_length(v_ref) >= 8 THEN
+                            -- The claim ends at its eighth refusal: so does
+                            -- the batch.
+                            v_stop := (SELECT jsonb_agg(e ORDER BY o)
+                                       FROM jsonb_array_elements(v_ref) WITH ORDINALITY AS a(e, o) WHERE o <= 8);
+                            v_stopped := 'refused';
+                            EXIT;
+                        END IF;
+                    END IF;
+                END IF;
+                IF v_qi IS NOT NULL THEN
+                    v_qacc[v_qi] := v_qacc[v_qi] + 1;
+                    IF v_qrate[v_qi] IS NOT NULL THEN
+                        v_qtok[v_qi] := v_qtok[v_qi] - 1;
+                    END IF;
+                END IF;
+            END IF;
+            -- The charge (harvest_charge, two levels).
+            v_kst := harvest_start_tag(k_pass[v_ki], g_kc[v_gi]);
+            v_gst := harvest_start_tag(g_pass[v_gi], v_gclock);
+            k_pass[v_ki] := v_kst + k_step[v_ki];
+            g_pass[v_gi] := v_gst + k_cost[v_ki] / g_w[v_gi];
+            g_kc[v_gi] := greatest(g_kc[v_gi], v_kst);
+            v_gclock := greatest(v_gclock, v_gst);
+            v_clock := greatest(v_clock, v_kst);
+            v_k := v_k + 1;
+            s_k[v_k] := v_ki;
+            s_r[v_k] := v_ri;
+            s_lag[v_k] := g_bkl[v_gi];
+            s_kst[v_k] := v_kst;
+            s_kps[v_k] := k_pass[v_ki];
+            s_cost[v_k] := k_cost[v_ki];
+            s_gst[v_k] := v_gst;
+            s_gps[v_k] := g_pass[v_gi];
+            s_kc[v_k] := g_kc[v_gi];
+            s_gclock[v_k] := v_gclock;
+            s_clock[v_k] := v_clock;
+            s_ref[v_k] := v_ref;
+            -- A key charged for the first time bills its estimate from its
+            -- next claim on (harvest_charge_terms reads it only once the key
+            -- has been charged).
+            IF k_est[v_ki] IS NOT NULL THEN
+                k_cost[v_ki] := k_est[v_ki];
+                k_step[v_ki] := k_est[v_ki] / k_w[v_ki];
+                k_est[v_ki] := NULL;
+            END IF;
+            -- The key's next row: read already, or read now when its last
+            -- read filled its count (it may have more of the top priority).
+            IF r_next[v_ri] = 0 AND k_more[v_ki] AND v_k < p_n THEN
+                v_j := cardinality(r_id);
+                k_cnt[v_ki] := least(p_n - v_k, greatest(2 * k_cnt[v_ki], 4));
+                SELECT r_id || coalesce(array_agg(z.id ORDER BY z.o), '{}'),
+                       r_cont || coalesce(array_agg(z.continuation ORDER BY z.o), '{}'),
+                       r_due || coalesce(array_agg(z.due_at ORDER BY z.o), '{}'),
+                       r_qk || coalesce(array_agg(z.quota_key ORDER BY z.o), '{}'),
+                       count(*)
+                INTO r_id, r_cont, r_due, r_qk, v_i
+                FROM (
+                    SELECT z0.*, row_number() OVER (ORDER BY z0.continuation DESC, z0.due_at, z0.id) AS o
+                    FROM ((SELECT y.id, y.continuation, y.due_at, y.quota_key FROM tasks y
+                           WHERE y.queue = p_queue AND y.fairness_key = k_name[v_ki] AND y.state = 'pending'
+                             AND y.priority = v_prio AND y.continuation = r_cont[v_ri]
+                             AND (y.due_at, y.id) > (r_due[v_ri], r_id[v_ri])
+                             AND y.due_at <= v_due_cut
+                           ORDER BY y.priority DESC, y.continuation DESC, y.due_at, y.id
+                           LIMIT k_cnt[v_ki])
+                          UNION ALL
+                          (SELECT y.id, y.continuation, y.due_at, y.quota_key FROM tasks y
+                           WHERE r_cont[v_ri] AND y.queue = p_queue AND y.fairness_key = k_name[v_ki]
+                             AND y.state = 'pending' AND y.priority = v_prio AND NOT y.continuation
+                             AND y.due_at <= v_due_cut
+                           ORDER BY y.priority DESC, y.continuation DESC, y.due_at, y.id
+                           LIMIT k_cnt[v_ki])
+                          ORDER BY 2 DESC, 3, 1
+                          LIMIT k_cnt[v_ki]) z0
+                ) z;
+                k_more[v_ki] := v_i >= k_cnt[v_ki];
+                FOR v_i IN v_j + 1..cardinality(r_id) LOOP
+                    r_key[v_i] := v_ki;
+                    r_next[v_i] := 0;
+                    r_next[k_last[v_ki]] := v_i;
+                    k_last[v_ki] := v_i;
+                END LOOP;
+            END IF;
+            v_j := r_next[v_ri];
+            k_cur[v_ki] := v_j;
+            IF v_j = 0 THEN
+                -- No row of the top priority left (or none read, once the
+                -- plan is full): the key leaves the replay.
+                k_hi[v_ki] := NULL;
+            ELSE
+                k_hi[v_ki] := r_id[v_j];
+                k_hc[v_ki] := r_cont[v_j];
+                k_hd[v_ki] := r_due[v_j];
+            END IF;
+        END LOOP;
+        IF v_check THEN
+            -- Another plan only when the check stopped at a row the plan
+            -- did not lock after a refusal the plan did not know.
+            EXIT WHEN v_stopped IS DISTINCT FROM 'unread' OR cardinality(v_kr) = v_kr0 OR v_round >= 2;
+            v_round := v_round + 1;
+            v_check := false;
+            CONTINUE;
+        END IF;
+
+        -- Lock the rows the plan reached and no earlier plan asked for,
+        -- before any quota row (the single claim's order), waiting as the
+        -- single claim waits; after a first check this transaction holds
+        -- quota rows, and a row another claimer holds is skipped instead
+        -- (waiting for it could close a cycle with an ordinary claim that
+        -- holds it and waits for one of those quota rows). A row that left
+        -- the pending state or moved is not taken: the check stops before
+        -- it (harvest_rows_lock).
+        EXIT WHEN v_round = 0 AND cardinality(v_pick) = 0;
+        v_newr := ARRAY(SELECT DISTINCT u FROM unnest(v_pick) u WHERE r_id[u] <> ALL (v_req));
+        IF cardinality(v_newr) > 0 THEN
+            SELECT array_agg(r_id[u] ORDER BY o), array_agg(k_name[r_key[u]] ORDER BY o),
+                   array_agg(r_cont[u] ORDER BY o), array_agg(r_due[u] ORDER BY o)
+            INTO v_ids, v_pkeys, v_cont, v_due
+            FROM unnest(v_newr) WITH ORDINALITY AS n(u, o);
+            v_req := v_req || v_ids;
+            v_ids := harvest_rows_lock(p_queue, v_prio, v_ids, v_pkeys, v_cont, v_due, v_round > 0);
+            -- A row not locked: the new heads are read from the keys'
+            -- indexes (5).
+            IF coalesce(cardinality(v_ids), 0) < cardinality(v_newr) THEN
+                v_cut := true;
+            END IF;
+            v_locked := coalesce(v_locked, '{}') || coalesce(v_ids, '{}');
+            -- The quota rows of the rows locked, locked and read (see
+            -- harvest_claim_bulk_fair, 3a): the numbers the rechecks start
+            -- from.
+            v_qks := ARRAY(SELECT DISTINCT r_qk[u] FROM unnest(v_newr) u
+                           WHERE r_qk[u] <> '' AND r_id[u] = ANY (v_ids) AND r_qk[u] <> ALL (v_asked));
+            IF cardinality(v_qks) > 0 THEN
+                v_asked := v_asked || v_qks;
+                FOR r_quota IN SELECT * FROM harvest_bulk_quotas(p_queue, v_qks, v_now) LOOP
+                    v_qk := array_append(v_qk, r_quota.quota_key);
+                    v_qcap := array_append(v_qcap, r_quota.max_concurrent);
+                    v_qrun := array_append(v_qrun, r_quota.running);
+                    v_qrate := array_append(v_qrate, r_quota.rate);
+                    v_qtok0 := array_append(v_qtok0, r_quota.tokens);
+                END LOOP;
+            END IF;
+        END IF;
+        IF v_round = 0 AND cardinality(v_qk) = 0 AND v_nseed = 0 AND cardinality(v_kr) = 0 THEN
+            -- Nothing can be refused: the plan stands, up to its first row
+            -- not locked.
+            FOR v_i IN 1..v_k LOOP
+                IF NOT (r_id[s_r[v_i]] = ANY (v_locked)) THEN
+                    v_k := v_i - 1;
+                    EXIT;
+                END IF;
+            END LOOP;
             EXIT;
         END IF;
+        v_check := true;
     END LOOP;
     IF v_k = 0 THEN
+        IF v_stop IS NOT NULL THEN
+            r_out.outcome := 'refused';
+            r_out.refusals := v_stop;
+            RETURN NEXT r_out;
+        END IF;
         RETURN;
     END IF;
+    v_ids := ARRAY(SELECT r_id[s.r] FROM unnest(s_r[1:v_k]) WITH ORDINALITY AS s(r, o) ORDER BY s.o);
+    v_qks := ARRAY(SELECT r_qk[s.r] FROM unnest(s_r[1:v_k]) WITH ORDINALITY AS s(r, o) ORDER BY s.o);
 
-    -- The rechecks of the plan's quota keys, as harvest_claim_bulk_fair's
-    -- (3a): the quota rows locked in key order, their running rows counted
-    -- and buckets refilled once; the plan ends before the first row its
-    -- single claim would refuse.
-    IF EXISTS (SELECT 1 FROM unnest(v_qks[1:v_k]) q WHERE q <> '') THEN
-        FOR r_quota IN
-            SELECT * FROM harvest_bulk_quotas(p_queue, ARRAY(SELECT DISTINCT u FROM unnest(v_qks[1:v_k]) u WHERE u <> ''),
-                                              v_now)
-        LOOP
-            v_qk := array_append(v_qk, r_quota.quota_key);
-            v_qcap := array_append(v_qcap, r_quota.max_concurrent);
-            v_qrun := array_append(v_qrun, r_quota.running);
-            v_qrate := array_append(v_qrate, r_quota.rate);
-            v_qtok := array_append(v_qtok, r_quota.tokens);
-            v_qacc := array_append(v_qacc, 0);
-        END LOOP;
-        v_qtok0 := v_qtok;
+    -- The rechecks' writes for the rows taken: one token per row off each
+    -- bucket, taken one at a time as the single claims would.
+    FOR v_qi IN 1..cardinality(v_qk) LOOP
+        CONTINUE WHEN v_qrate[v_qi] IS NULL;
+        v_tokens := NULL;
         FOR v_i IN 1..v_k LOOP
-            v_qi := array_position(v_qk, v_qks[v_i]);
-            CONTINUE WHEN v_qi IS NULL;
-            IF (v_qcap[v_qi] IS NOT NULL AND v_qrun[v_qi] + v_qacc[v_qi] >= v_qcap[v_qi])
-               OR (v_qrate[v_qi] IS NOT NULL AND v_qtok[v_qi] < 1) THEN
-                v_k := v_i - 1;
-                EXIT;
-            END IF;
-            v_qacc[v_qi] := v_qacc[v_qi] + 1;
-            IF v_qrate[v_qi] IS NOT NULL THEN
-                v_qtok[v_qi] := v_qtok[v_qi] - 1;
+            IF v_qks[v_i] = v_qk[v_qi] THEN
+                v_tokens := coalesce(v_tokens, v_qtok0[v_qi]) - 1;
             END IF;
         END LOOP;
-        IF v_k = 0 THEN
-            RETURN;
-        END IF;
-        -- One token per row leased off each bucket, taken one at a time as
-        -- the single claims would.
-        FOR v_qi IN 1..cardinality(v_qk) LOOP
-            CONTINUE WHEN v_qrate[v_qi] IS NULL;
-            v_tokens := NULL;
-            FOR v_i IN 1..v_k LOOP
-                IF v_qks[v_i] = v_qk[v_qi] THEN
-                    v_tokens := coalesce(v_tokens, v_qtok0[v_qi]) - 1;
-                END IF;
-            END LOOP;
-            CONTINUE WHEN v_tokens IS NULL;
-            INSERT INTO rate_buckets (queue, quota_key, tokens, updated_at)
-            VALUES (p_queue, v_qk[v_qi], v_tokens, v_now)
-            ON CONFLICT (queue, quota_key) DO UPDATE
-            SET tokens = EXCLUDED.tokens, updated_at = EXCLUDED.updated_at;
-        END LOOP;
-    END IF;
+        CONTINUE WHEN v_tokens IS NULL;
+        INSERT INTO rate_buckets (queue, quota_key, tokens, updated_at)
+        VALUES (p_queue, v_qk[v_qi], v_tokens, v_now)
+        ON CONFLICT (queue, quota_key) DO UPDATE
+        SET tokens = EXCLUDED.tokens, updated_at = EXCLUDED.updated_at;
+    END LOOP;
 
-    -- 5. Lease the rows, each with the lag its single claim would report.
+    -- 5. Lease the rows, each with the lag and refusals its single claim
+    -- would report.
     IF p_runtime THEN
         v_secs := s_cost[1:v_k];
     END IF;
-    RETURN QUERY SELECT * FROM harvest_lease_rows(v_ids[1:v_k], s_lag[1:v_k], p_worker, p_lease, v_secs);
+    v_i := 0;
+    FOR r_out IN SELECT * FROM harvest_lease_rows(v_ids, s_lag[1:v_k], p_worker, p_lease, v_secs) LOOP
+        v_i := v_i + 1;
+        r_out.refusals := coalesce(s_ref[v_i], '[]');
+        RETURN NEXT r_out;
+    END LOOP;
 
     -- Each key's last claim of the plan sets its state; its head moves on
-    -- to the row read after the one taken, or, when none was read or the
-    -- plan was cut at a row that moved, to the row the key's index gives.
+    -- to the row read after the one taken, or, when none was read or a
+    -- row of the plan was not locked, to the row the key's index gives.
     v_clock := s_clock[v_k];
     v_gclock := s_gclock[v_k];
     FOR r_head IN
@@ -635,6 +930,13 @@ BEGIN
     -- every other key the clock reached loses its mark.
     IF v_clock > v_clock0 THEN
         PERFORM harvest_clock_advance(p_queue, v_clock);
+    END IF;
+    -- The claim after the last row taken would have reached 8 refusals.
+    IF v_stop IS NOT NULL THEN
+        r_out := NULL;
+        r_out.outcome := 'refused';
+        r_out.refusals := v_stop;
+        RETURN NEXT r_out;
     END IF;
 END
 $$;
