@@ -202,8 +202,9 @@ func takeBatches(b *testing.B, tb *bundle, req claim.Request, bulkFn string) {
 // key whose bucket is empty for the whole run. That key is never charged,
 // so its lag within its group stays 0, and every claim that reaches its
 // head before the row it takes (the claims of group t0, and of the groups
-// whose lag is not below t0's) refuses it. The rows taken stay running. steps/op and bulk/op say whether the refusal kept the batch on
-// the bulk path (harvest_claim_bulk_group).
+// whose lag is not below t0's) refuses it. The rows taken stay running.
+// steps/op and bulk/op say whether the refusal kept the batch on the bulk
+// path (harvest_claim_bulk_group).
 func BenchmarkClaimBatchTwoLevelRefusedHead(b *testing.B) {
 	tb := setup(b)
 	tb.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'bench')`)
