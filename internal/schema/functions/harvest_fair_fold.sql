@@ -12,7 +12,9 @@
 -- for the key's first pending row from its place on (harvest_key_head):
 -- folding the taken row itself would leave a head no claim can take, and
 -- every fair bulk step would stop at that key until a single claim
--- repaired it.
+-- repaired it. A key new to the queue gets its state row all the same,
+-- without a head when none of its rows is pending: the key has been seen
+-- (the console lists it, the prune drops it once idle).
 CREATE OR REPLACE FUNCTION harvest_fair_fold(p_queue text) RETURNS integer
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -42,12 +44,12 @@ BEGIN
     )
     INSERT INTO fair_state AS s (queue, key, head_id, head_prio, head_cont, head_due)
     SELECT p_queue, l.key, l.head_id, l.head_prio, l.head_cont, l.head_due FROM live l
-    WHERE l.head_id IS NOT NULL
     ORDER BY l.key
     ON CONFLICT (queue, key) DO UPDATE SET
         head_id = excluded.head_id, head_prio = excluded.head_prio,
         head_cont = excluded.head_cont, head_due = excluded.head_due
-    WHERE harvest_beats(excluded.head_prio, excluded.head_cont, excluded.head_due, excluded.head_id,
+    WHERE excluded.head_id IS NOT NULL
+      AND harvest_beats(excluded.head_prio, excluded.head_cont, excluded.head_due, excluded.head_id,
                         s.head_prio, s.head_cont, s.head_due, s.head_id);
     GET DIAGNOSTICS v_n = ROW_COUNT;
     RETURN v_n;
