@@ -40,7 +40,7 @@ WITH due AS (
     RETURNING pk, id, tenant, name, queue, fairness_key, quota_key, priority, status, attempts, created_at,
               claimed_at, finished_at, output, error
 ), busy AS (
-    SELECT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = $4 AND x.state = 'pending') AS queue_busy
+    SELECT harvest_queue_pending($4) AS queue_busy
 ), task AS (
     SELECT harvest_enqueue(run.pk, $4, $5, $6, $7, false, due.at,
                            NULL, NULL, 0, $8::jsonb, $14::jsonb, NULL) AS id

@@ -28,8 +28,9 @@ BEGIN
     -- partial index, and "state IN (both)" matches neither, which made
     -- every probe a scan of the queue's tasks under the fair lock.
     v_idle := coalesce((SELECT max(g.charged_at) FROM fair_state g WHERE g.queue = p_queue), '-infinity') <= p_now - p_window
-              AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = p_queue AND x.state = 'pending')
-              AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = p_queue AND x.state = 'scheduled');
+              AND NOT harvest_queue_pending(p_queue)
+              AND (SELECT x.due_at FROM tasks x WHERE x.queue = p_queue AND x.state = 'scheduled'
+                   ORDER BY x.due_at LIMIT 1) IS NULL;
     IF NOT v_idle AND (SELECT m.two_level FROM harvest_fair_mode(p_queue) m) THEN
         RETURN;
     END IF;
@@ -51,8 +52,9 @@ BEGIN
             LIMIT 1
         ), idle AS (
             SELECT coalesce((SELECT max(g.charged_at) FROM %1$s g WHERE g.queue = $3), '-infinity') <= $1 - $2
-               AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = $3 AND x.state = 'pending')
-               AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = $3 AND x.state = 'scheduled') AS yes
+               AND NOT harvest_queue_pending($3)
+               AND (SELECT x.due_at FROM tasks x WHERE x.queue = $3 AND x.state = 'scheduled'
+                    ORDER BY x.due_at LIMIT 1) IS NULL AS yes
         ), gone AS (
             DELETE FROM %1$s s
             WHERE s.queue = $3

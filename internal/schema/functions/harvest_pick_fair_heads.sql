@@ -40,7 +40,7 @@ BEGIN
         RETURN;
     END IF;
     IF r_a.key IS NULL AND r_b.key IS NULL THEN
-        IF EXISTS (SELECT 1 FROM tasks y WHERE y.queue = p_queue AND y.state = 'pending') THEN
+        IF harvest_queue_pending(p_queue) THEN
             redo := 'sort';
         END IF;
         RETURN;

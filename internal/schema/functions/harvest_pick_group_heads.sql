@@ -25,7 +25,7 @@ BEGIN
              f.head_cont DESC, f.head_due, f.head_id
     LIMIT 1;
     IF r_k.key IS NULL THEN
-        IF EXISTS (SELECT 1 FROM tasks y WHERE y.queue = p_queue AND y.state = 'pending') THEN
+        IF harvest_queue_pending(p_queue) THEN
             redo := 'sort';
         END IF;
         RETURN;

@@ -19,7 +19,10 @@ BEGIN
     IF cardinality(v_keys) = 1
        AND NOT EXISTS (SELECT 1 FROM fair_arrivals WHERE queue = p_queue)
        AND NOT EXISTS (SELECT 1 FROM fair_held WHERE queue = p_queue)
-       AND NOT EXISTS (SELECT 1 FROM tasks x WHERE x.queue = p_queue AND x.state = 'scheduled' AND x.due_at <= p_now)
+       -- The first due entry of the scheduled index, read in its order
+       -- so that no plan scans the table for it (harvest_queue_pending).
+       AND (SELECT x.due_at FROM tasks x WHERE x.queue = p_queue AND x.state = 'scheduled' AND x.due_at <= p_now
+            ORDER BY x.due_at LIMIT 1) IS NULL
        AND NOT EXISTS (SELECT 1 FROM quotas q WHERE q.queue = p_queue) THEN
         RETURN v_keys[1];
     END IF;

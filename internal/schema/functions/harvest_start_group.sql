@@ -160,10 +160,10 @@ BEGIN
     INTO v_local, v_lease, v_ti, v_due_at
     FROM unnest(p_tenants, p_run_at, p_delays) WITH ORDINALITY AS i(tenant, run_at, delay, n);
     -- One probe of the pending index per queue (a join would read the
-    -- queue's whole backlog).
+    -- queue's whole backlog; harvest_queue_pending says why a function).
     v_busy_q := '{}';
     FOR r IN SELECT DISTINCT u.q FROM unnest(p_queues) AS u(q) LOOP
-        IF EXISTS (SELECT 1 FROM tasks AS x WHERE x.queue = r.q AND x.state = 'pending') THEN
+        IF harvest_queue_pending(r.q) THEN
             v_busy_q := v_busy_q || r.q;
         END IF;
     END LOOP;
