@@ -12,6 +12,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"github.com/harvest-run/harvest/internal/config"
 	"github.com/harvest-run/harvest/internal/devfleet"
 )
 
@@ -66,6 +67,9 @@ func runDev(ctx context.Context, e env, args []string) error {
 	if err := envconfig.Process("HARVEST", &cfg); err != nil {
 		return usageError{Msg: err.Error()}
 	}
+	// The gateway and workers run in this process: the target of their
+	// binaries.
+	config.TuneGC()
 	if *envFile != "" {
 		abs, err := filepath.Abs(*envFile)
 		if err != nil {

@@ -40,8 +40,9 @@ func (b Binary) Usage(w io.Writer, spec any) {
 	_ = tw.Flush()
 }
 
-// Start handles the command line and loads cfg from the environment. It
-// returns ok when the binary should run; otherwise code is the exit code
+// Start handles the command line, loads cfg from the environment and sets
+// the garbage collector's target (TuneGC). It returns ok when the binary
+// should run; otherwise code is the exit code
 // (help or --version shown, a stray argument, or a variable that does not parse or
 // validate, whose name the message on stderr gives).
 func (b Binary) Start(args []string, stdout, stderr io.Writer, cfg Validator) (code int, ok bool) {
@@ -66,5 +67,6 @@ func (b Binary) Start(args []string, stdout, stderr io.Writer, cfg Validator) (c
 		fmt.Fprintf(stderr, "%s: %v\n", b.Name, err)
 		return ExitUsage, false
 	}
+	TuneGC()
 	return ExitOK, true
 }

@@ -46,3 +46,21 @@ func cost(ctx context.Context, db *pgxpool.Pool, from, to dbSample, tasks int, r
 	}
 	return nil
 }
+
+// appCPU is the CPU time the processes pids have used so far (those that
+// are gone count zero).
+func appCPU(pids ...int) time.Duration {
+	var d time.Duration
+	for _, pid := range pids {
+		d += child.CPU(pid)
+	}
+	return d
+}
+
+// appCost fills the run's CPU of its own processes per task from two
+// readings of appCPU.
+func appCost(from, to time.Duration, tasks int, res *Result) {
+	if tasks > 0 && to > from {
+		res.AppCPUPerTaskUS = round(float64((to - from).Microseconds()) / float64(tasks))
+	}
+}

@@ -99,8 +99,13 @@ type Result struct {
 	// The database server's CPU time and WAL per task from the start of
 	// the workers (River: its client) until the flood drained; see
 	// dbcost.go.
-	DBCPUPerTaskUS  float64    `json:"db_cpu_us_per_task,omitempty"`
-	WALBytesPerTask float64    `json:"wal_bytes_per_task,omitempty"`
+	DBCPUPerTaskUS  float64 `json:"db_cpu_us_per_task,omitempty"`
+	WALBytesPerTask float64 `json:"wal_bytes_per_task,omitempty"`
+	// The CPU time of the system's own processes per task over the same
+	// window: Harvest's workers and gateway, River's client process (the
+	// floor runs inside this benchmark and has none). Beside the database's
+	// figure it says where the rest of the machine went.
+	AppCPUPerTaskUS float64    `json:"app_cpu_us_per_task,omitempty"`
 	Series          string     `json:"series,omitempty"` // file with the per-second claims per key
 	Profile         string     `json:"cpu_profile,omitempty"`
 	Functions       []FuncStat `json:"pg_functions,omitempty"` // top SQL functions by own time
@@ -259,7 +264,7 @@ func onOff(b bool) string {
 // WriteTable prints the runs and the rounds readably.
 func WriteTable(w io.Writer, results []Result, pairs []PairResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "round\tsystem\tfair\tslots\ttasks/s\tdrain s\tlight n\tlight p50 ms\tlight p99 ms\tlight max ms\tdb CPU µs/task\tWAL B/task\tpeak RSS MB (workers; gateway)\tdrained\t")
+	fmt.Fprintln(tw, "round\tsystem\tfair\tslots\ttasks/s\tdrain s\tlight n\tlight p50 ms\tlight p99 ms\tlight max ms\tdb CPU µs/task\tapp CPU µs/task\tWAL B/task\tpeak RSS MB (workers; gateway)\tdrained\t")
 	for _, r := range results {
 		fair := "-"
 		if r.Fair != nil {
@@ -279,9 +284,9 @@ func WriteTable(w io.Writer, results []Result, pairs []PairResult) {
 		} else if r.System == "river" {
 			rss = fmt.Sprintf("%.1f", r.PeakRSSMB)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.0f\t%.1f\t%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%s\t%v\t\n",
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%.0f\t%.1f\t%d\t%.1f\t%.1f\t%.1f\t%.0f\t%.0f\t%.0f\t%s\t%v\t\n",
 			r.Pair, system, fair, r.Slots, r.TasksPerS, r.DrainS, r.LightJobs, r.LightP50, r.LightP99, r.LightMax,
-			r.DBCPUPerTaskUS, r.WALBytesPerTask, rss, r.Drained)
+			r.DBCPUPerTaskUS, r.AppCPUPerTaskUS, r.WALBytesPerTask, rss, r.Drained)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)

@@ -296,6 +296,9 @@ func runHarvest(ctx context.Context, cfg *Config, natsURL string, fair bool, pai
 	if err != nil {
 		return res, fmt.Errorf("sample database: %w", err)
 	}
+	// The workers start from nothing; the gateway has served the light
+	// tenant's warm-up since its start.
+	appFrom := appCPU(gw.cmd.Process.Pid)
 	var readies []<-chan struct{}
 	var workers []*proc
 	for i := range cfg.Workers {
@@ -426,6 +429,11 @@ poll:
 		stopLight()
 		return res, fmt.Errorf("sample database: %w", err)
 	}
+	appPids := []int{gw.cmd.Process.Pid}
+	for _, w := range workers {
+		appPids = append(appPids, w.cmd.Process.Pid)
+	}
+	appTo := appCPU(appPids...)
 	if bar != nil {
 		_ = bar.Finish()
 	}
@@ -455,6 +463,7 @@ poll:
 	if err := cost(ctx, db, costFrom, costTo, cfg.Flood+res.LightJobs, &res); err != nil {
 		return res, fmt.Errorf("database cost: %w", err)
 	}
+	appCost(appFrom, appTo, cfg.Flood+res.LightJobs, &res)
 	if err := functionStats(ctx, db, &res); err != nil {
 		cfg.logf("fleet: pg_stat_user_functions: %v", err)
 	}

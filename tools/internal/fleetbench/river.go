@@ -65,9 +65,15 @@ func runRiver(ctx context.Context, cfg *Config, cooldown time.Duration) (Result,
 	cmd.Stderr = pw
 	var (
 		samples  []dbSample
+		appCPUs  []time.Duration
 		sampleMu sync.Mutex
 		scanned  = make(chan struct{})
 	)
+	if err := cmd.Start(); err != nil {
+		_ = pw.Close()
+		return res, fmt.Errorf("river-bench: %w", err)
+	}
+	pid := cmd.Process.Pid
 	go func() {
 		defer close(scanned)
 		sc := bufio.NewScanner(pr)
@@ -77,6 +83,7 @@ func runRiver(ctx context.Context, cfg *Config, cooldown time.Duration) (Result,
 				if s, err := sampleDB(ctx, server); err == nil {
 					sampleMu.Lock()
 					samples = append(samples, s)
+					appCPUs = append(appCPUs, appCPU(pid))
 					sampleMu.Unlock()
 				}
 			}
@@ -86,7 +93,7 @@ func runRiver(ctx context.Context, cfg *Config, cooldown time.Duration) (Result,
 		}
 		_, _ = io.Copy(io.Discard, pr)
 	}()
-	runErr := cmd.Run()
+	runErr := cmd.Wait()
 	_ = pw.Close()
 	<-scanned
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -103,6 +110,7 @@ func runRiver(ctx context.Context, cfg *Config, cooldown time.Duration) (Result,
 		if err := cost(ctx, server, samples[0], samples[1], cfg.Flood+rl.LightJobs, &res); err != nil {
 			return res, fmt.Errorf("river: database cost: %w", err)
 		}
+		appCost(appCPUs[0], appCPUs[1], cfg.Flood+rl.LightJobs, &res)
 	}
 	if runErr != nil && rl.Drained {
 		return res, fmt.Errorf("river-bench: %w", runErr)
