@@ -5,8 +5,10 @@
 // Traces leave the process only when the environment asks for it
 // (OTEL_TRACES_EXPORTER, or an OTLP endpoint in OTEL_EXPORTER_OTLP_*; the
 // protocol follows OTEL_EXPORTER_OTLP_PROTOCOL), or when the caller asks
-// for stdout (harvest dev). Without either, spans are still made, so trace
-// context keeps flowing between services, but none is exported. Metrics
+// for stdout (harvest dev). Without either, spans record nothing, yet each
+// has its own id in its parent's trace with its parent's sampling flag, so
+// trace context keeps flowing between services as if they were recorded
+// (propagate.go). Metrics
 // are always served in the Prometheus text format (with the Go runtime,
 // process, Postgres pool and NATS connection figures) and are also pushed
 // when OTEL_METRICS_EXPORTER names an exporter. OTEL_SERVICE_NAME and

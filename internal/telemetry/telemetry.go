@@ -110,6 +110,7 @@ func setup(ctx context.Context, serviceName string, opts ...Option) (shutdown fu
 	}
 
 	tpOpts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+	exporting := false // whether any span leaves the process
 	if tracesExportConfigured() {
 		exp, err := autoexport.NewSpanExporter(ctx)
 		if err != nil {
@@ -117,6 +118,7 @@ func setup(ctx context.Context, serviceName string, opts ...Option) (shutdown fu
 		}
 		if !autoexport.IsNoneSpanExporter(exp) {
 			tpOpts = append(tpOpts, sdktrace.WithBatcher(exp))
+			exporting = true
 		}
 	}
 	if o.stdout != nil {
@@ -125,11 +127,19 @@ func setup(ctx context.Context, serviceName string, opts ...Option) (shutdown fu
 			return nil, fmt.Errorf("telemetry: stdout trace exporter: %w", err)
 		}
 		tpOpts = append(tpOpts, sdktrace.WithSyncer(exp))
+		exporting = true
 	}
 	for _, sp := range o.processors {
 		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(sp))
+		exporting = true
 	}
-	tp := sdktrace.NewTracerProvider(tpOpts...)
+	var tp interface {
+		trace.TracerProvider
+		Shutdown(context.Context) error
+	} = sdktrace.NewTracerProvider(tpOpts...)
+	if !exporting {
+		tp = idleProvider{}
+	}
 
 	reg := prometheus.NewRegistry()
 	// The process's own figures (Go runtime, file descriptors, memory) and
