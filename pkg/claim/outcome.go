@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/harvest-run/harvest/internal/sqlfile"
 	"github.com/harvest-run/harvest/pkg/api"
@@ -91,37 +92,41 @@ func RecordOutcomes(ctx context.Context, db shard.Querier, now time.Time, outs [
 		return nil, nil
 	}
 	n := len(outs)
+	// Typed arrays, not []any: pgx encodes each in binary at once, where
+	// an []any (or a driver.Valuer such as uuid.UUID, sent as text) is
+	// planned element by element, which cost a worker in a flood more CPU
+	// than the rest of the statement's handling.
 	var (
 		kinds                         = make([]string, n)
 		ids                           = make([]int64, n)
-		tokens                        = make([]uuid.UUID, n)
-		values                        = make([]any, n)
-		errTexts                      = make([]any, n)
-		retryAt, dueAt, stickyAt      = make([]any, n), make([]any, n), make([]any, n)
-		retryUS, delayUS, stickyForUS = make([]any, n), make([]any, n), make([]any, n)
+		tokens                        = make([]pgtype.UUID, n)
+		values                        = make([]json.RawMessage, n)
+		errTexts                      = make([]pgtype.Text, n)
+		retryAt, dueAt, stickyAt      = make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n), make([]pgtype.Timestamptz, n)
+		retryUS, delayUS, stickyForUS = make([]pgtype.Int8, n), make([]pgtype.Int8, n), make([]pgtype.Int8, n)
 	)
 	for i, o := range outs {
-		kinds[i], ids[i], tokens[i] = string(o.Kind), o.ID, o.Token
+		kinds[i], ids[i], tokens[i] = string(o.Kind), o.ID, pgtype.UUID{Bytes: o.Token, Valid: true}
 		switch o.Kind {
 		case OutcomeComplete:
-			values[i] = nullJSON(o.Output)
+			values[i] = jsonOrNull(o.Output)
 		case OutcomeContinue:
 			c := o.Continue
-			values[i] = nullJSON(c.Input)
-			dueAt[i] = nullTime(c.DueAt)
+			values[i] = jsonOrNull(c.Input)
+			dueAt[i] = timeOrNull(c.DueAt)
 			if c.DueAt.IsZero() && c.Delay > 0 {
-				delayUS[i] = c.Delay.Microseconds()
+				delayUS[i] = pgtype.Int8{Int64: c.Delay.Microseconds(), Valid: true}
 			}
-			stickyAt[i] = nullTime(c.StickyUntil)
+			stickyAt[i] = timeOrNull(c.StickyUntil)
 			if c.StickyUntil.IsZero() && c.StickyFor > 0 {
-				stickyForUS[i] = c.StickyFor.Microseconds()
+				stickyForUS[i] = pgtype.Int8{Int64: c.StickyFor.Microseconds(), Valid: true}
 			}
 		case OutcomeFail:
 			f := o.Fail
-			errTexts[i] = f.Error
-			retryAt[i] = nullTime(f.RetryAt)
+			errTexts[i] = pgtype.Text{String: f.Error, Valid: true}
+			retryAt[i] = timeOrNull(f.RetryAt)
 			if f.RetryAt.IsZero() && f.RetryAfter > 0 {
-				retryUS[i] = f.RetryAfter.Microseconds()
+				retryUS[i] = pgtype.Int8{Int64: f.RetryAfter.Microseconds(), Valid: true}
 			}
 		case OutcomeRelease:
 		default:
@@ -300,4 +305,21 @@ func Heartbeats(ctx context.Context, db shard.Querier, leases []Lease, extend ti
 		return nil, fmt.Errorf("claim: heartbeats: %d answers for %d tasks", len(out), len(ids))
 	}
 	return out, nil
+}
+
+// jsonOrNull is b as a JSON array element: NULL when empty, as nullJSON.
+func jsonOrNull(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// timeOrNull is t as a timestamptz array element: NULL when zero, as
+// nullTime.
+func timeOrNull(t time.Time) pgtype.Timestamptz {
+	if t.IsZero() {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: t, Valid: true}
 }
