@@ -53,6 +53,19 @@ RETURNS TABLE (task_id bigint, outcome text, retried boolean, next_id bigint,
 LANGUAGE plpgsql
 -- No JIT: see harvest_claim_batch.
 SET jit = off
+-- Generic plans, as in the bulk claim: every statement below (and in what
+-- it calls) finds its rows by id or key, so one plan serves every batch
+-- size. Left to choose, the plan cache planned the statements again for
+-- each small batch (a custom plan for a few ids looked cheaper than the
+-- generic one), which took half of a one-outcome batch's database time
+-- (docs/benchmarks.md, "The outcome batch's plans"). A generic plan is
+-- made once per connection, with the sizes of that moment: on a fresh
+-- shard, with a task or two, a scan of the whole table looked cheapest
+-- and stayed the plan as the shard grew (40 ms a batch at 100,000 tasks,
+-- until an ANALYZE). No sequential scans, so that each lookup takes its
+-- index whatever the table's size when the plan was made.
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_n       integer := coalesce(cardinality(p_ids), 0);
