@@ -16,10 +16,7 @@ import (
 // span id of its own, a root is a new sampled trace, and the context goes
 // into a row and back. Not parallel: Setup installs process-wide providers.
 func TestSetupWithoutExportPropagatesWithoutRecording(t *testing.T) {
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
-	t.Setenv("OTEL_TRACES_EXPORTER", "")
-	t.Setenv("OTEL_METRICS_EXPORTER", "")
+	noExportEnv(t)
 	shutdown, err := telemetry.Setup(context.Background(), "test-service")
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, shutdown(context.Background())) })

@@ -15,12 +15,17 @@ import (
 	"github.com/harvest-run/harvest/internal/telemetry"
 )
 
+// noExportEnv empties every variable that would make Setup export.
+func noExportEnv(t *testing.T) {
+	for _, k := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+		"OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER"} {
+		t.Setenv(k, "")
+	}
+}
+
 // Not parallel: Setup installs process-wide providers.
 func TestSetupTracesMetricsAndStoredContext(t *testing.T) {
-	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
-	t.Setenv("OTEL_TRACES_EXPORTER", "")
-	t.Setenv("OTEL_METRICS_EXPORTER", "")
+	noExportEnv(t)
 	var spans bytes.Buffer
 	shutdown, err := telemetry.Setup(context.Background(), "test-service", telemetry.WithStdout(&spans))
 	require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/pkg/claim"
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
 // An outcome batch reads its tasks and runs through their indexes however
@@ -32,13 +33,13 @@ func TestOutcomeBatchReadsByIndexOnAShardThatGrew(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Release()
 
-	complete := func(ls []claim.Lease) {
+	complete := func(db shard.Querier, ls []claim.Lease) {
 		t.Helper()
 		outs := make([]claim.Outcome, len(ls))
 		for i, l := range ls {
 			outs[i] = claim.Outcome{Kind: claim.OutcomeComplete, ID: l.ID, Token: l.Token}
 		}
-		res, err := claim.RecordOutcomes(b.ctx, conn, time.Time{}, outs)
+		res, err := claim.RecordOutcomes(b.ctx, db, time.Time{}, outs)
 		require.NoError(t, err)
 		for _, r := range res {
 			require.NoError(t, r.Err)
@@ -47,7 +48,7 @@ func TestOutcomeBatchReadsByIndexOnAShardThatGrew(t *testing.T) {
 	// The connection's first outcomes, on a shard of one task: the plans
 	// are made here (a generic plan from the sixth call on, so seven).
 	for range 7 {
-		complete(b.leaseFresh(1))
+		complete(conn, b.leaseFresh(1))
 	}
 
 	// The shard grows; nothing analyzes it.
@@ -67,15 +68,7 @@ func TestOutcomeBatchReadsByIndexOnAShardThatGrew(t *testing.T) {
 		return tasks, runs
 	}
 	tasks0, runs0 := blocks()
-	outs := make([]claim.Outcome, len(ls))
-	for i, l := range ls {
-		outs[i] = claim.Outcome{Kind: claim.OutcomeComplete, ID: l.ID, Token: l.Token}
-	}
-	res, err := claim.RecordOutcomes(b.ctx, tx, time.Time{}, outs)
-	require.NoError(t, err)
-	for _, r := range res {
-		require.NoError(t, r.Err)
-	}
+	complete(tx, ls)
 	tasks1, runs1 := blocks()
 	require.NoError(t, tx.Commit(b.ctx))
 	require.Less(t, tasks1-tasks0, 40, "the batch read the tasks table (%d pages)", pages)
