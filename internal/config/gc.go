@@ -3,7 +3,6 @@ package config
 import (
 	"os"
 	"runtime/debug"
-	"strconv"
 )
 
 // DefaultGCPercent is the garbage collector's target (what GOGC sets) of
@@ -20,12 +19,10 @@ import (
 const DefaultGCPercent = 400
 
 // TuneGC applies DefaultGCPercent unless GOGC is set in the environment,
-// which always wins (GOGC=off included), and returns the target in force
-// as GOGC would spell it ("off" when collection is off).
-func TuneGC() string {
+// which always wins (GOGC=off included).
+func TuneGC() {
 	if v, set := os.LookupEnv("GOGC"); set && v != "" {
-		return v
+		return
 	}
 	debug.SetGCPercent(DefaultGCPercent)
-	return strconv.Itoa(DefaultGCPercent)
 }

@@ -26,6 +26,9 @@ func (propagatingProvider) Tracer(string, ...trace.TracerOption) trace.Tracer {
 	return propagatingTracer{}
 }
 
+// Shutdown has nothing to flush.
+func (propagatingProvider) Shutdown(context.Context) error { return nil }
+
 type propagatingTracer struct{ embedded.Tracer }
 
 func (propagatingTracer) Start(ctx context.Context, _ string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
@@ -65,9 +68,3 @@ func newTraceID() trace.TraceID {
 	}
 	return id
 }
-
-// idleProvider is propagatingProvider with the shutdown of a provider
-// that has nothing to flush.
-type idleProvider struct{ propagatingProvider }
-
-func (idleProvider) Shutdown(context.Context) error { return nil }

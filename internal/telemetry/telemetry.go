@@ -133,12 +133,13 @@ func setup(ctx context.Context, serviceName string, opts ...Option) (shutdown fu
 		tpOpts = append(tpOpts, sdktrace.WithSpanProcessor(sp))
 		exporting = true
 	}
+	// With nowhere for spans to go, the SDK would record each for nobody.
 	var tp interface {
 		trace.TracerProvider
 		Shutdown(context.Context) error
-	} = sdktrace.NewTracerProvider(tpOpts...)
-	if !exporting {
-		tp = idleProvider{}
+	} = propagatingProvider{}
+	if exporting {
+		tp = sdktrace.NewTracerProvider(tpOpts...)
 	}
 
 	reg := prometheus.NewRegistry()
