@@ -36,22 +36,31 @@ import (
 // flusher's queue is bounded too, so the tasks a worker has leased and not
 // yet recorded stay below MaxConcurrentClaims + 2*CompleteBatch. A
 // claim loop that finds nothing waits for a wake-up, a dispatch or the poll
-// timer like the single-claim loop; while there is work it claims again as
-// soon as a slot is free, so a new key's task waits at most for the claim
-// statement in flight (the fair order puts a key without debt first).
+// timer like the single-claim loop. While there is work it claims again as
+// soon as a slot is free, except after a claim that came back full: then
+// more tasks are surely waiting, and the loop holds out for a whole batch
+// of free slots, for at most as long as that claim took (maxFillWait at
+// most). A claim statement costs about 2 ms of database time before its
+// first row, so a loop that claimed whatever was free the moment the last
+// claim returned alternated full and near-empty statements (half of them
+// under five rows in the flood); waiting for a full batch halved the
+// statements (docs/benchmarks.md, "Full claims"). A new key's task waits for
+// the statement in flight and that pause at most (the fair order puts a
+// key without debt first).
 
 // batched runs the claim loops of batch mode and returns once they and
 // every task they started have finished and been recorded.
 func (w *Worker) batched(ctx context.Context) {
 	slots := make(chan struct{}, w.cfg.MaxConcurrentClaims)
-	// Tasks run on long-lived goroutines, one per slot, not on one new
-	// goroutine each: a fresh goroutine grows its stack again for every
-	// task, which cost the worker a tenth of its CPU at fleet rates. The
-	// queue has room for a batch per slot goroutine: a slot is freed when
-	// its completion is queued, a moment before its goroutine is free.
+	// Tasks run on long-lived goroutines, not on one new goroutine each: a
+	// fresh goroutine grows its stack again for every task, which cost the
+	// worker a tenth of its CPU at fleet rates. There are two per slot: a
+	// slot is freed when its outcome is queued, but its goroutine waits
+	// for the outcome statement to commit, and with one per slot the next
+	// batch's tasks waited for that commit before they could start.
 	work := make(chan *claimed, w.cfg.MaxConcurrentClaims)
 	var runners conc.WaitGroup
-	for range w.cfg.MaxConcurrentClaims {
+	for range runnersPerSlot * w.cfg.MaxConcurrentClaims {
 		runners.Go(func() {
 			for c := range work {
 				w.runSlot(c)
@@ -79,6 +88,9 @@ func (w *Worker) batchLoop(ctx context.Context, n int, slots chan struct{}, work
 	rng := rand.New(rand.NewPCG(rand.Uint64(), uint64(n)))
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	batch := min(w.cfg.ClaimBatch, w.cfg.MaxConcurrentClaims)
+	var took time.Duration
+	full := false
 	for ctx.Err() == nil {
 		woken := w.wake.wait()
 		// Reserve one slot (waiting for it), then every other free one up
@@ -88,17 +100,17 @@ func (w *Worker) batchLoop(ctx context.Context, n int, slots chan struct{}, work
 		case <-ctx.Done():
 			return
 		}
-		want := 1
-	reserve:
-		for want < w.cfg.ClaimBatch {
-			select {
-			case slots <- struct{}{}:
-				want++
-			default:
-				break reserve
-			}
+		// After a full claim more tasks wait: hold out for a whole batch
+		// of free slots, at most about as long as that claim took.
+		var wait time.Duration
+		if full {
+			wait = min(took, maxFillWait)
 		}
+		want := reserveSlots(ctx, slots, batch, wait)
+		start := time.Now()
 		cs := w.claimBatch(ctx, rng, want)
+		took = time.Since(start)
+		full = len(cs) == want
 		for range want - len(cs) {
 			<-slots
 		}
@@ -129,6 +141,45 @@ func (w *Worker) batchLoop(ctx context.Context, n int, slots chan struct{}, work
 		}
 		timer.Stop()
 	}
+}
+
+// runnersPerSlot is the number of task goroutines per slot in batch mode.
+const runnersPerSlot = 2
+
+// maxFillWait bounds the wait for a full batch of free slots after a claim
+// that came back full.
+const maxFillWait = 20 * time.Millisecond
+
+// reserveSlots reserves free slots beside the one the caller holds, up to
+// n in all, and returns how many it holds. With wait above zero it waits
+// that long at most for the n; otherwise it takes what is free at once.
+func reserveSlots(ctx context.Context, slots chan<- struct{}, n int, wait time.Duration) int {
+	held := 1
+	for held < n {
+		select {
+		case slots <- struct{}{}:
+			held++
+			continue
+		default:
+		}
+		break
+	}
+	if held >= n || wait <= 0 {
+		return held
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for held < n {
+		select {
+		case slots <- struct{}{}:
+			held++
+		case <-t.C:
+			return held
+		case <-ctx.Done():
+			return held
+		}
+	}
+	return held
 }
 
 // claimBatch takes up to n tasks: one batch statement per queue, queues in
