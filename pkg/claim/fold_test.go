@@ -1,6 +1,7 @@
 package claim_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,4 +57,63 @@ func TestFoldSkipsArrivalsAlreadyTaken(t *testing.T) {
 	require.NoError(t, batch.db.QueryRow(batch.ctx, `SELECT count(*) FROM fair_state f JOIN tasks t ON t.id = f.head_id
 		WHERE t.state <> 'pending'`).Scan(&stale))
 	require.Zero(t, stale, "heads that name rows no longer pending")
+}
+
+// Rows whose starts commit while a fair claim statement is under way are
+// not in the key heads the statement folded at its start, and each later
+// step of the statement sees them pending. A step that finds pending rows
+// and no head folds again and takes the best of them by the heads; before,
+// it fell back to sorting every pending row of the queue, for the rest of
+// the statement (half the single steps of the mixed load did). One-level
+// and two-level queues pick from their heads in functions of their own.
+func TestClaimStepFoldsArrivalsCommittedDuringTheStatement(t *testing.T) {
+	t.Parallel()
+	for _, two := range []bool{false, true} {
+		t.Run(fmt.Sprintf("two_level=%v", two), func(t *testing.T) {
+			t.Parallel()
+			claimStepFoldsArrivals(t, two)
+		})
+	}
+}
+
+func claimStepFoldsArrivals(t *testing.T, two bool) {
+	b := setup(t)
+	b.exec(`SELECT harvest_queue_fairness_set('q', $1, 'claims', 'test')`, two)
+	conn, calls := plCalls(t, b)
+	now := t0.Add(time.Hour)
+	run := b.run(runOpts{MaxAttempts: 100})
+	sorts, folds := calls(t, "harvest_pick_fair_sort"), calls(t, "harvest_fair_fold")
+
+	tx, err := conn.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	// The statement's start: the queue's fair lock, and a fold that finds
+	// nothing.
+	var twoLevel, runtime bool
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT two_level, runtime FROM harvest_claim_prepare('q', $1, true, false)`,
+		now).Scan(&twoLevel, &runtime))
+	require.Equal(t, two, twoLevel)
+	// Starts commit meanwhile.
+	var ids []int64
+	for i := range 6 {
+		ids = append(ids, b.task(taskOpts{RunPK: run, Key: []string{"a", "b"}[i%2],
+			DueAt: t0.Add(time.Duration(i) * time.Second), Now: now}))
+	}
+	var (
+		outcome string
+		id      *int64
+	)
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT outcome, id
+		FROM harvest_claim_step('q', 'w', $1, true, 0, interval '1 minute', NULL, $2, $3)`,
+		now, twoLevel, runtime).Scan(&outcome, &id))
+	require.NoError(t, tx.Commit(b.ctx))
+	require.Equal(t, "ok", outcome)
+	require.NotNil(t, id)
+	require.Equal(t, ids[0], *id, "not the first row of the fair order")
+
+	require.Equal(t, sorts, calls(t, "harvest_pick_fair_sort"), "the step sorted the queue's pending rows")
+	require.Equal(t, folds+2, calls(t, "harvest_fair_fold"), "the statement's fold and the step's")
+	var heads []int64
+	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT array_agg(head_id ORDER BY key) FROM fair_state WHERE queue = 'q'`).Scan(&heads))
+	require.Equal(t, []int64{ids[2], ids[1]}, heads, "the keys' heads after the claim")
 }
