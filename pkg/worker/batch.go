@@ -40,7 +40,7 @@ import (
 // soon as a slot is free, except after a claim that came back full: then
 // more tasks are surely waiting, and the loop holds out for a whole batch
 // of free slots, for at most as long as that claim took (maxFillWait at
-// most). A claim statement costs about 2 ms of database time before its
+// most) and not past a wake-up. A claim statement costs about 2 ms of database time before its
 // first row, so a loop that claimed whatever was free the moment the last
 // claim returned alternated full and near-empty statements (half of them
 // under five rows in the flood); waiting for a full batch halved the
@@ -101,12 +101,14 @@ func (w *Worker) batchLoop(ctx context.Context, n int, slots chan struct{}, work
 			return
 		}
 		// After a full claim more tasks wait: hold out for a whole batch
-		// of free slots, at most about as long as that claim took.
+		// of free slots, at most about as long as that claim took, and
+		// not past a wake-up (new work may be another key's, which
+		// should not wait for the flood's slots).
 		var wait time.Duration
 		if full {
 			wait = min(took, maxFillWait)
 		}
-		want := reserveSlots(ctx, slots, batch, wait)
+		want := reserveSlots(ctx, slots, batch, wait, woken)
 		start := time.Now()
 		cs := w.claimBatch(ctx, rng, want)
 		took = time.Since(start)
@@ -152,8 +154,9 @@ const maxFillWait = 20 * time.Millisecond
 
 // reserveSlots reserves free slots beside the one the caller holds, up to
 // n in all, and returns how many it holds. With wait above zero it waits
-// that long at most for the n; otherwise it takes what is free at once.
-func reserveSlots(ctx context.Context, slots chan<- struct{}, n int, wait time.Duration) int {
+// that long at most for the n, and no longer once cut is closed; otherwise
+// it takes what is free at once.
+func reserveSlots(ctx context.Context, slots chan<- struct{}, n int, wait time.Duration, cut <-chan struct{}) int {
 	held := 1
 	for held < n {
 		select {
@@ -174,6 +177,8 @@ func reserveSlots(ctx context.Context, slots chan<- struct{}, n int, wait time.D
 		case slots <- struct{}{}:
 			held++
 		case <-t.C:
+			return held
+		case <-cut:
 			return held
 		case <-ctx.Done():
 			return held

@@ -22,12 +22,12 @@ func slotsHeld(n, held int) chan struct{} {
 func TestReserveSlotsTakesWhatIsFree(t *testing.T) {
 	t.Parallel()
 	slots := slotsHeld(10, 5)
-	require.Equal(t, 6, reserveSlots(context.Background(), slots, 10, 0))
+	require.Equal(t, 6, reserveSlots(context.Background(), slots, 10, 0, nil))
 	require.Len(t, slots, 10)
 
 	// The batch size caps it.
 	slots = slotsHeld(10, 1)
-	require.Equal(t, 4, reserveSlots(context.Background(), slots, 4, 0))
+	require.Equal(t, 4, reserveSlots(context.Background(), slots, 4, 0, nil))
 	require.Len(t, slots, 4)
 }
 
@@ -44,7 +44,7 @@ func TestReserveSlotsWaitsForAWholeBatch(t *testing.T) {
 			<-slots
 		}
 	}()
-	require.Equal(t, 10, reserveSlots(context.Background(), slots, 10, time.Hour))
+	require.Equal(t, 10, reserveSlots(context.Background(), slots, 10, time.Hour, nil))
 	<-freed
 	require.Len(t, slots, 10)
 }
@@ -54,11 +54,21 @@ func TestReserveSlotsWaitsForAWholeBatch(t *testing.T) {
 func TestReserveSlotsWaitIsBounded(t *testing.T) {
 	t.Parallel()
 	slots := slotsHeld(10, 5)
-	require.Equal(t, 6, reserveSlots(context.Background(), slots, 10, time.Millisecond))
+	require.Equal(t, 6, reserveSlots(context.Background(), slots, 10, time.Millisecond, nil))
 	require.Len(t, slots, 10)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	slots = slotsHeld(10, 10)
-	require.Equal(t, 1, reserveSlots(ctx, slots, 10, time.Hour))
+	require.Equal(t, 1, reserveSlots(ctx, slots, 10, time.Hour, nil))
+}
+
+// A wake-up ends the wait: new work may belong to another key, and it
+// should not wait for the flood's tasks to free their slots.
+func TestReserveSlotsWaitEndsAtAWakeUp(t *testing.T) {
+	t.Parallel()
+	woken := make(chan struct{})
+	close(woken)
+	slots := slotsHeld(10, 5)
+	require.Equal(t, 6, reserveSlots(context.Background(), slots, 10, time.Hour, woken))
 }
