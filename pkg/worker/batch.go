@@ -40,13 +40,13 @@ import (
 // soon as a slot is free, except after a claim that came back full: then
 // more tasks are surely waiting, and the loop holds out for a whole batch
 // of free slots, for at most as long as that claim took (maxFillWait at
-// most) and not past a wake-up. A claim statement costs about 2 ms of database time before its
-// first row, so a loop that claimed whatever was free the moment the last
-// claim returned alternated full and near-empty statements (half of them
-// under five rows in the flood); waiting for a full batch halved the
-// statements (docs/benchmarks.md, "Full claims"). A new key's task waits for
-// the statement in flight and that pause at most (the fair order puts a
-// key without debt first).
+// most) and not past a wake-up. A claim statement costs about 2 ms of
+// database time before its first row, so a loop that claimed whatever was
+// free the moment the last claim returned alternated full and near-empty
+// statements (in the flood, two claims in five took under five rows);
+// waiting for a full batch halved the statements (docs/benchmarks.md,
+// "Full claims"). A new key's task waits for the statement in flight and
+// that pause at most (the fair order puts a key without debt first).
 
 // batched runs the claim loops of batch mode and returns once they and
 // every task they started have finished and been recorded.
@@ -158,14 +158,14 @@ const maxFillWait = 20 * time.Millisecond
 // it takes what is free at once.
 func reserveSlots(ctx context.Context, slots chan<- struct{}, n int, wait time.Duration, cut <-chan struct{}) int {
 	held := 1
+free:
 	for held < n {
 		select {
 		case slots <- struct{}{}:
 			held++
-			continue
 		default:
+			break free
 		}
-		break
 	}
 	if held >= n || wait <= 0 {
 		return held
