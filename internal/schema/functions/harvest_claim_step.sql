@@ -52,8 +52,10 @@
 --            cancels, both short; skipping it would let the claim take a
 --            row the fair order puts later) and picks again if it left the
 --            pending state meanwhile;
---   redo     'sort': this claim falls back to the full sort for the rest
---            of its picks; 'again': the pick changed the fairness summary
+--   redo     'sort': the summary cannot serve the pick; a fair step
+--            folds the arrivals once more and picks again, and if the
+--            fold changed nothing, this claim falls back to the full sort
+--            for the rest of its picks; 'again': the pick changed the fairness summary
 --            (a repaired head, a cleared debt mark), pick again;
 --   key_lag  the lag of the row's key, when the pick knows it.
 -- All NULL: nothing to claim.
@@ -90,6 +92,7 @@ DECLARE
     v_step    double precision;
     v_lag     double precision;
     v_sort    boolean := false;
+    v_refolded boolean := false;
     v_reason  text;
     v_pick    record;
     r_task    tasks%ROWTYPE;
@@ -135,6 +138,18 @@ BEGIN
                     v_pick := harvest_pick_fair_heads(p_queue, v_due_cut, v_clock);
                 END IF;
                 IF v_pick.redo = 'sort' THEN
+                    -- The summary cannot serve the pick. Most often it is
+                    -- only behind: rows whose starts committed after this
+                    -- claim statement folded its arrivals are pending
+                    -- (each statement of the claim sees what has committed
+                    -- before it) and have no head yet. Fold once more (a
+                    -- fair claim holds the queue's fair lock) and pick
+                    -- again; only what a fold does not mend (a lost
+                    -- summary, a due time that went back) gets the sort.
+                    IF p_fair AND NOT v_refolded THEN
+                        v_refolded := true;
+                        CONTINUE WHEN harvest_fair_fold(p_queue) > 0;
+                    END IF;
                     v_sort := true;
                     CONTINUE;
                 END IF;

@@ -40,14 +40,8 @@ BEGIN
         RETURN;
     END IF;
     IF r_a.key IS NULL AND r_b.key IS NULL THEN
-        -- Pending rows and no head: most often rows whose starts committed
-        -- after this claim statement folded the arrivals (each statement
-        -- of the claim sees what has committed before it). Fold again (the
-        -- caller holds the queue's fair lock) and compare the heads again;
-        -- only pending rows that a fold gives no head (a lost summary)
-        -- fall back to the full sort.
         IF harvest_queue_pending(p_queue) THEN
-            redo := CASE WHEN harvest_fair_fold(p_queue) > 0 THEN 'again' ELSE 'sort' END;
+            redo := 'sort';
         END IF;
         RETURN;
     END IF;
