@@ -117,3 +117,60 @@ func claimStepFoldsArrivals(t *testing.T, two bool) {
 	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT array_agg(head_id ORDER BY key) FROM fair_state WHERE queue = 'q'`).Scan(&heads))
 	require.Equal(t, []int64{ids[2], ids[1]}, heads, "the keys' heads after the claim")
 }
+
+// The same in a two-level queue after a refusal: the step leaves out the
+// refused head's key and picks again from every other key's head
+// (harvest_pick_group_rows), which asks for a fresh look when due rows of
+// a key without a head wait. Those are again rows committed after the
+// statement's fold; the step folds once more and takes the best of them,
+// not the full sort of the queue.
+func TestClaimStepFoldsArrivalsAfterARefusal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'test')`)
+	b.exec(`INSERT INTO quotas (queue, quota_key, max_concurrent) VALUES ('q', 'capped', 1)`)
+	conn, calls := plCalls(t, b)
+	now := t0.Add(time.Hour)
+	run := b.run(runOpts{MaxAttempts: 100})
+	// Key g1/a: a running row holds the quota key's one place, and the
+	// key's head carries the same quota key.
+	first := b.task(taskOpts{RunPK: run, Key: "g1/a", QuotaKey: "capped", DueAt: t0, Now: now})
+	head := b.task(taskOpts{RunPK: run, Key: "g1/a", QuotaKey: "capped", DueAt: t0.Add(time.Second), Now: now})
+	taken := b.claim(claim.Request{Queue: "q", Worker: "w", Lease: time.Minute, Now: now})
+	require.True(t, taken.OK)
+	require.Equal(t, first, taken.Task.ID)
+	sorts, folds := calls(t, "harvest_pick_fair_sort"), calls(t, "harvest_fair_fold")
+
+	tx, err := conn.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	var twoLevel, runtime bool
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT two_level, runtime FROM harvest_claim_prepare('q', $1, true, false)`,
+		now).Scan(&twoLevel, &runtime))
+	require.True(t, twoLevel)
+	// Key g2/b's rows commit after the statement's fold.
+	var ids []int64
+	for i := range 3 {
+		ids = append(ids, b.task(taskOpts{RunPK: run, Key: "g2/b", DueAt: t0.Add(time.Duration(2+i) * time.Second), Now: now}))
+	}
+	var (
+		outcome  string
+		id       *int64
+		refusals []struct {
+			TaskID   int64  `json:"task_id"`
+			QuotaKey string `json:"quota_key"`
+		}
+	)
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT outcome, id, refusals
+		FROM harvest_claim_step('q', 'w', $1, true, 0, interval '1 minute', NULL, $2, $3)`,
+		now, twoLevel, runtime).Scan(&outcome, &id, &refusals))
+	require.NoError(t, tx.Commit(b.ctx))
+	require.Equal(t, "ok", outcome)
+	require.Len(t, refusals, 1)
+	require.Equal(t, head, refusals[0].TaskID, "the refused row is g1/a's head")
+	require.NotNil(t, id)
+	require.Equal(t, ids[0], *id, "not the first row of g2/b")
+
+	require.Equal(t, sorts, calls(t, "harvest_pick_fair_sort"), "the step sorted the queue's pending rows")
+	require.Equal(t, folds+2, calls(t, "harvest_fair_fold"), "the statement's fold and the step's")
+}
