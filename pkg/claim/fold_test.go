@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/pkg/claim"
@@ -84,32 +86,20 @@ func claimStepFoldsArrivals(t *testing.T, two bool) {
 	run := b.run(runOpts{MaxAttempts: 100})
 	sorts, folds := calls(t, "harvest_pick_fair_sort"), calls(t, "harvest_fair_fold")
 
-	tx, err := conn.Begin(b.ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(b.ctx) }()
 	// The statement's start: the queue's fair lock, and a fold that finds
 	// nothing.
-	var twoLevel, runtime bool
-	require.NoError(t, tx.QueryRow(b.ctx, `SELECT two_level, runtime FROM harvest_claim_prepare('q', $1, true, false)`,
-		now).Scan(&twoLevel, &runtime))
-	require.Equal(t, two, twoLevel)
+	st := openClaimStatement(t, b, conn, now)
+	require.Equal(t, two, st.twoLevel)
 	// Starts commit meanwhile.
 	var ids []int64
 	for i := range 6 {
 		ids = append(ids, b.task(taskOpts{RunPK: run, Key: []string{"a", "b"}[i%2],
 			DueAt: t0.Add(time.Duration(i) * time.Second), Now: now}))
 	}
-	var (
-		outcome string
-		id      *int64
-	)
-	require.NoError(t, tx.QueryRow(b.ctx, `SELECT outcome, id
-		FROM harvest_claim_step('q', 'w', $1, true, 0, interval '1 minute', NULL, $2, $3)`,
-		now, twoLevel, runtime).Scan(&outcome, &id))
-	require.NoError(t, tx.Commit(b.ctx))
-	require.Equal(t, "ok", outcome)
-	require.NotNil(t, id)
-	require.Equal(t, ids[0], *id, "not the first row of the fair order")
+	got := st.step(t)
+	require.Equal(t, "ok", got.Outcome)
+	require.NotNil(t, got.ID)
+	require.Equal(t, ids[0], *got.ID, "not the first row of the fair order")
 
 	require.Equal(t, sorts, calls(t, "harvest_pick_fair_sort"), "the step sorted the queue's pending rows")
 	require.Equal(t, folds+2, calls(t, "harvest_fair_fold"), "the statement's fold and the step's")
@@ -141,36 +131,62 @@ func TestClaimStepFoldsArrivalsAfterARefusal(t *testing.T) {
 	require.Equal(t, first, taken.Task.ID)
 	sorts, folds := calls(t, "harvest_pick_fair_sort"), calls(t, "harvest_fair_fold")
 
-	tx, err := conn.Begin(b.ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(b.ctx) }()
-	var twoLevel, runtime bool
-	require.NoError(t, tx.QueryRow(b.ctx, `SELECT two_level, runtime FROM harvest_claim_prepare('q', $1, true, false)`,
-		now).Scan(&twoLevel, &runtime))
-	require.True(t, twoLevel)
+	st := openClaimStatement(t, b, conn, now)
+	require.True(t, st.twoLevel)
 	// Key g2/b's rows commit after the statement's fold.
 	var ids []int64
 	for i := range 3 {
 		ids = append(ids, b.task(taskOpts{RunPK: run, Key: "g2/b", DueAt: t0.Add(time.Duration(2+i) * time.Second), Now: now}))
 	}
-	var (
-		outcome  string
-		id       *int64
-		refusals []struct {
-			TaskID   int64  `json:"task_id"`
-			QuotaKey string `json:"quota_key"`
-		}
-	)
-	require.NoError(t, tx.QueryRow(b.ctx, `SELECT outcome, id, refusals
-		FROM harvest_claim_step('q', 'w', $1, true, 0, interval '1 minute', NULL, $2, $3)`,
-		now, twoLevel, runtime).Scan(&outcome, &id, &refusals))
-	require.NoError(t, tx.Commit(b.ctx))
-	require.Equal(t, "ok", outcome)
-	require.Len(t, refusals, 1)
-	require.Equal(t, head, refusals[0].TaskID, "the refused row is g1/a's head")
-	require.NotNil(t, id)
-	require.Equal(t, ids[0], *id, "not the first row of g2/b")
+	got := st.step(t)
+	require.Equal(t, "ok", got.Outcome)
+	require.Len(t, got.Refusals, 1)
+	require.Equal(t, head, got.Refusals[0].TaskID, "the refused row is g1/a's head")
+	require.NotNil(t, got.ID)
+	require.Equal(t, ids[0], *got.ID, "not the first row of g2/b")
 
 	require.Equal(t, sorts, calls(t, "harvest_pick_fair_sort"), "the step sorted the queue's pending rows")
 	require.Equal(t, folds+2, calls(t, "harvest_fair_fold"), "the statement's fold and the step's")
+}
+
+// claimStatement is a fair claim statement of queue q taken apart: its
+// preamble (the fair lock, the fold) has run in tx, and step runs one
+// harvest_claim_step in it, so a test can commit rows in between.
+type claimStatement struct {
+	b                 *bundle
+	tx                pgx.Tx
+	now               time.Time
+	twoLevel, runtime bool
+}
+
+func openClaimStatement(t *testing.T, b *bundle, conn *pgxpool.Conn, now time.Time) *claimStatement {
+	t.Helper()
+	tx, err := conn.Begin(b.ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(b.ctx) })
+	st := &claimStatement{b: b, tx: tx, now: now}
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT two_level, runtime FROM harvest_claim_prepare('q', $1, true, false)`,
+		now).Scan(&st.twoLevel, &st.runtime))
+	return st
+}
+
+// stepResult is what one harvest_claim_step answered.
+type stepResult struct {
+	Outcome  string
+	ID       *int64
+	Refusals []struct {
+		TaskID   int64  `json:"task_id"`
+		QuotaKey string `json:"quota_key"`
+	}
+}
+
+// step runs one claim step as worker w and commits the statement.
+func (st *claimStatement) step(t *testing.T) stepResult {
+	t.Helper()
+	var r stepResult
+	require.NoError(t, st.tx.QueryRow(st.b.ctx, `SELECT outcome, id, refusals
+		FROM harvest_claim_step('q', 'w', $1, true, 0, interval '1 minute', NULL, $2, $3)`,
+		st.now, st.twoLevel, st.runtime).Scan(&r.Outcome, &r.ID, &r.Refusals))
+	require.NoError(t, st.tx.Commit(st.b.ctx))
+	return r
 }
