@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/pkg/claim"
@@ -57,22 +58,25 @@ func TestClaimAndOutcomeRunNoSQLFunctionThroughTheExecutor(t *testing.T) {
 	require.Len(t, second, 3)
 	require.Equal(t, res[0].NextID, second[0].Task.ID, "the pinned continuation comes first")
 
+	// The calls of the transaction's functions in language lang, by name.
 	calls := func(lang string) map[string]int64 {
 		t.Helper()
 		rows, err := tx.Query(b.ctx, `
-			SELECT p.proname, pg_stat_get_xact_function_calls(p.oid)
+			SELECT p.proname AS name, sum(pg_stat_get_xact_function_calls(p.oid)) AS calls
 			FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
 			WHERE l.lanname = $1 AND p.proname LIKE 'harvest\_%'
-			  AND pg_stat_get_xact_function_calls(p.oid) > 0`, lang)
+			  AND pg_stat_get_xact_function_calls(p.oid) > 0
+			GROUP BY p.proname`, lang)
 		require.NoError(t, err)
-		out := map[string]int64{}
-		for rows.Next() {
-			var name string
-			var n int64
-			require.NoError(t, rows.Scan(&name, &n))
-			out[name] += n
+		counted, err := pgx.CollectRows(rows, pgx.RowToStructByName[struct {
+			Name  string
+			Calls int64
+		}])
+		require.NoError(t, err)
+		out := make(map[string]int64, len(counted))
+		for _, c := range counted {
+			out[c.Name] = c.Calls
 		}
-		require.NoError(t, rows.Err())
 		return out
 	}
 	require.Empty(t, calls("sql"), "SQL functions run by the executor: each is parsed and planned per call site and transaction")
