@@ -78,20 +78,57 @@ func BenchmarkClaimBatchQuota(b *testing.B) {
 	takeBatches(b, tb, claim.Request{Queue: "q", Worker: "w", Fair: true}, "harvest_claim_bulk_fair")
 }
 
-// BenchmarkClaimBatchRefusedHead times fair batches of 50 over a backlog
-// of 40,000 rows on 400 keys, where every row of one key carries a quota
-// key whose bucket is empty for the whole run: that key's head is refused
-// in every batch, and it never leaves the candidates (it is never charged,
-// so its start tag is the clock and its head the oldest). The rows taken
-// stay running. steps/op and bulk/op say whether the refusal kept the
-// batch on the bulk path.
+// BenchmarkClaimBatchRefusedHead times fair batches of 50 where rows
+// carry a quota key whose bucket is empty for the whole run, so their
+// keys' heads are refused in every batch and those keys never leave the
+// candidates (never charged, their start tag is the clock, and their heads
+// are the oldest rows). The rows taken stay running. steps/op and bulk/op
+// say whether the refusals kept the batch on the bulk path. The shapes:
+//   - one-of-400: 40,000 rows on 400 keys, every row of one key refused;
+//   - one-of-20000: 40,000 rows on 20,000 keys (2 each), one key refused;
+//   - 1000-refused, 20000-refused: 40,000 rows on 400 keys, none refused,
+//     and 1,000 or 20,000 more keys of one row each, all refused: a tenant
+//     whose own quota is full and whose starts each name a fairness key of
+//     their own (how many it can hold is its admission limit).
 func BenchmarkClaimBatchRefusedHead(b *testing.B) {
-	tb := setup(b)
-	// A token every 10^6 s, none left.
-	tb.exec(`INSERT INTO quotas (queue, quota_key, rate, burst) VALUES ('q', 'empty', 0.000001, 1)`)
-	tb.exec(`INSERT INTO rate_buckets (queue, quota_key, tokens, updated_at) VALUES ('q', 'empty', 0, now())`)
-	fillBacklog(tb, 40000, `'k-' || r.pk % 400`, `CASE WHEN r.pk % 400 = 0 THEN 'empty' ELSE '' END`, true)
-	takeBatches(b, tb, claim.Request{Queue: "q", Worker: "w", Fair: true}, "harvest_claim_bulk_fair")
+	benchRefusedShapes(b, false, []refusedShape{
+		{"one-of-400", 40000, `'k-' || r.pk % 400`, `CASE WHEN r.pk % 400 = 0 THEN 'empty' ELSE '' END`},
+		{"one-of-20000", 40000, `'k-' || r.pk % 20000`, `CASE WHEN r.pk % 20000 = 0 THEN 'empty' ELSE '' END`},
+		{"1000-refused", 41000, `CASE WHEN r.pk <= 1000 THEN 'a-' || r.pk ELSE 'k-' || r.pk % 400 END`,
+			`CASE WHEN r.pk <= 1000 THEN 'empty' ELSE '' END`},
+		{"20000-refused", 60000, `CASE WHEN r.pk <= 20000 THEN 'a-' || r.pk ELSE 'k-' || r.pk % 400 END`,
+			`CASE WHEN r.pk <= 20000 THEN 'empty' ELSE '' END`},
+	})
+}
+
+// refusedShape is a backlog of a refused-head benchmark: n rows whose
+// fairness and quota keys are SQL expressions over r.pk (1..n).
+type refusedShape struct {
+	name       string
+	n          int
+	key, quota string
+}
+
+// benchRefusedShapes runs takeBatches over each shape, in a two-level queue
+// when twoLevel is set, with the quota key 'empty' refused throughout (a
+// token every 10^6 s, none left).
+func benchRefusedShapes(b *testing.B, twoLevel bool, shapes []refusedShape) {
+	bulkFn := "harvest_claim_bulk_fair"
+	if twoLevel {
+		bulkFn = "harvest_claim_bulk_group"
+	}
+	for _, sh := range shapes {
+		b.Run(sh.name, func(b *testing.B) {
+			tb := setup(b)
+			if twoLevel {
+				tb.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'bench')`)
+			}
+			tb.exec(`INSERT INTO quotas (queue, quota_key, rate, burst) VALUES ('q', 'empty', 0.000001, 1)`)
+			tb.exec(`INSERT INTO rate_buckets (queue, quota_key, tokens, updated_at) VALUES ('q', 'empty', 0, now())`)
+			fillBacklog(tb, sh.n, sh.key, sh.quota, true)
+			takeBatches(b, tb, claim.Request{Queue: "q", Worker: "w", Fair: true}, bulkFn)
+		})
+	}
 }
 
 // stepCounter gives a test or benchmark its own connection, on which
@@ -204,14 +241,20 @@ func takeBatches(b *testing.B, tb *bundle, req claim.Request, bulkFn string) {
 // head before the row it takes (the claims of group t0, and of the groups
 // whose lag is not below t0's) refuses it. The rows taken stay running.
 // steps/op and bulk/op say whether the refusal kept the batch on the bulk
-// path (harvest_claim_bulk_group).
+// path (harvest_claim_bulk_group). The shapes 1000-refused and
+// 20000-refused add the one-level benchmark's many refused keys, as one
+// group of sub-keys.
 func BenchmarkClaimBatchTwoLevelRefusedHead(b *testing.B) {
-	tb := setup(b)
-	tb.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'bench')`)
-	// A token every 10^6 s, none left.
-	tb.exec(`INSERT INTO quotas (queue, quota_key, rate, burst) VALUES ('q', 'empty', 0.000001, 1)`)
-	tb.exec(`INSERT INTO rate_buckets (queue, quota_key, tokens, updated_at) VALUES ('q', 'empty', 0, now())`)
-	fillBacklog(tb, 40000, `'t' || r.pk % 20 || '/k' || (r.pk / 20) % 10`,
-		`CASE WHEN r.pk % 200 = 0 THEN 'empty' ELSE '' END`, true)
-	takeBatches(b, tb, claim.Request{Queue: "q", Worker: "w", Fair: true}, "harvest_claim_bulk_group")
+	benchRefusedShapes(b, true, []refusedShape{
+		{"one-sub-key", 40000, `'t' || r.pk % 20 || '/k' || (r.pk / 20) % 10`,
+			`CASE WHEN r.pk % 200 = 0 THEN 'empty' ELSE '' END`},
+		// The one-level benchmark's many refused keys, as the sub-keys of
+		// one group.
+		{"1000-refused", 41000,
+			`CASE WHEN r.pk <= 1000 THEN 'a/' || r.pk ELSE 't' || r.pk % 20 || '/k' || (r.pk / 20) % 10 END`,
+			`CASE WHEN r.pk <= 1000 THEN 'empty' ELSE '' END`},
+		{"20000-refused", 60000,
+			`CASE WHEN r.pk <= 20000 THEN 'a/' || r.pk ELSE 't' || r.pk % 20 || '/k' || (r.pk / 20) % 10 END`,
+			`CASE WHEN r.pk <= 20000 THEN 'empty' ELSE '' END`},
+	})
 }
