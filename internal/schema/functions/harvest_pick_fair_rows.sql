@@ -2,31 +2,104 @@
 -- this claim; p_xkeys: the keys it left out). A refusal leaves out every
 -- key whose head it refused, and every key whose head carries a refused
 -- quota key (its head would be refused the same way; a fair claim never
--- reads past a key's head into its backlog). So each key with work not
--- left out gets one descent of its index for its head (the fair_state
--- summary may be stale, the rows are not), the keys whose head carries a
--- refused quota key drop out, and the rest are compared on their heads by
--- (priority, lag, band, due time, id). The answer is that head as cand,
--- which harvest_claim_step locks, waiting for a short holder; nothing when
--- no key is left.
+-- reads past a key's head into its backlog).
+--
+-- The keys are walked in the order harvest_pick_fair_heads compares them
+-- (the keys without debt from fair_state_free, the keys in debt from
+-- fair_state_debt, merged on priority, lag, band, due time and id), the
+-- left-out keys skipped. Each key met has its head read by id: a head
+-- that carries a refused quota key drops its key and the walk goes on;
+-- the first other head is the answer, as cand, which harvest_claim_step
+-- locks, waiting for a short holder. So the pick reads the keys in front
+-- of its answer, not every key with work: when one refused key stands
+-- before thousands, the next key is the answer. Keys behind a full quota
+-- in front of every other are still read one by one (docs/fairness.md,
+-- "Limits").
+--
+-- The walk trusts the summary as harvest_pick_fair_heads does: after the
+-- statement's fold no pending row of a key comes before its head. What it
+-- cannot serve it hands back as that pick does: redo = 'again' after it
+-- cleared debt marks the clock passed, or repaired a head that left the
+-- pending state or moved (harvest_key_head, as harvest_head_check); redo
+-- = 'sort' when the chosen head is not due at a caller-given time that
+-- went back. Nothing when no key is left.
 DROP FUNCTION IF EXISTS harvest_pick_fair_rows(text, timestamptz, text[], double precision);
 CREATE OR REPLACE FUNCTION harvest_pick_fair_rows(p_queue text, p_due_cut timestamptz, p_excl text[],
                                                   p_xkeys text[], p_clock double precision,
                                                   OUT took tasks, OUT cand bigint, OUT redo text,
                                                   OUT key_lag double precision)
 LANGUAGE plpgsql AS $$
+DECLARE
+    c_free  refcursor;
+    c_debt  refcursor;
+    r_a     fair_state%ROWTYPE;
+    r_b     fair_state%ROWTYPE;
+    r_k     fair_state%ROWTYPE;
+    r_head  record;
+    v_use_a boolean;
+    v_id    bigint;
+    v_quota text;
 BEGIN
-    cand := (
-        SELECT h.id FROM fair_state f
-        CROSS JOIN LATERAL (
-            SELECT y.id, y.priority, y.continuation, y.due_at, y.quota_key FROM tasks y
-            WHERE y.queue = f.queue AND y.fairness_key = f.key AND y.state = 'pending'
-              AND y.due_at <= p_due_cut
-            ORDER BY y.priority DESC, y.continuation DESC, y.due_at, y.id
-            LIMIT 1) h
-        WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND f.key <> ALL (p_xkeys)
-          AND h.quota_key <> ALL (p_excl)
-        ORDER BY h.priority DESC, harvest_lag(f.pass, p_clock), h.continuation DESC, h.due_at, h.id
-        LIMIT 1);
+    OPEN c_free FOR
+        SELECT * FROM fair_state
+        WHERE queue = p_queue AND head_id IS NOT NULL AND NOT in_debt AND key <> ALL (p_xkeys)
+        ORDER BY head_prio DESC, head_cont DESC, head_due, head_id;
+    OPEN c_debt FOR
+        SELECT * FROM fair_state
+        WHERE queue = p_queue AND head_id IS NOT NULL AND in_debt AND key <> ALL (p_xkeys)
+        ORDER BY head_prio DESC, pass, head_cont DESC, head_due, head_id;
+    FETCH c_free INTO r_a;
+    FETCH c_debt INTO r_b;
+    LOOP
+        IF r_a.key IS NULL AND r_b.key IS NULL THEN
+            RETURN;
+        END IF;
+        IF r_b.key IS NOT NULL AND r_b.pass <= p_clock THEN
+            -- A debt mark the clock already passed: as in
+            -- harvest_pick_fair_heads, clear such marks and compare again.
+            UPDATE fair_state SET in_debt = false
+            WHERE queue = p_queue AND in_debt AND pass <= p_clock;
+            redo := 'again';
+            RETURN;
+        END IF;
+        v_use_a := r_b.key IS NULL OR (r_a.key IS NOT NULL AND
+            (-r_a.head_prio, 0::double precision, NOT r_a.head_cont, r_a.head_due, r_a.head_id)
+            <= (-r_b.head_prio, harvest_lag(r_b.pass, p_clock), NOT r_b.head_cont, r_b.head_due, r_b.head_id));
+        IF v_use_a THEN
+            r_k := r_a;
+        ELSE
+            r_k := r_b;
+        END IF;
+        IF r_k.head_due > p_due_cut THEN
+            redo := 'sort';
+            RETURN;
+        END IF;
+        v_id := NULL;
+        SELECT x.id, x.quota_key INTO v_id, v_quota FROM tasks x
+        WHERE x.id = r_k.head_id AND x.state = 'pending' AND x.queue = p_queue
+          AND x.fairness_key = r_k.key AND x.priority = r_k.head_prio
+          AND x.continuation = r_k.head_cont AND x.due_at = r_k.head_due;
+        IF v_id IS NULL THEN
+            -- The head left the pending state or moved: repair it, as
+            -- harvest_head_check does, and compare again.
+            SELECT * INTO r_head FROM harvest_key_head(p_queue, r_k.key, r_k.head_prio, r_k.head_cont,
+                                                       r_k.head_due, r_k.head_id);
+            UPDATE fair_state SET head_id = r_head.head_id, head_prio = r_head.head_prio,
+                                  head_cont = r_head.head_cont, head_due = r_head.head_due
+            WHERE queue = p_queue AND key = r_k.key;
+            redo := 'again';
+            RETURN;
+        END IF;
+        IF v_quota <> ALL (p_excl) THEN
+            cand := v_id;
+            key_lag := CASE WHEN v_use_a THEN 0 ELSE harvest_lag(r_k.pass, p_clock) END;
+            RETURN;
+        END IF;
+        IF v_use_a THEN
+            FETCH c_free INTO r_a;
+        ELSE
+            FETCH c_debt INTO r_b;
+        END IF;
+    END LOOP;
 END
 $$;
