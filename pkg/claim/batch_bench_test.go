@@ -1,6 +1,7 @@
 package claim_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -260,25 +261,34 @@ func BenchmarkClaimBatchTwoLevelRefusedHead(b *testing.B) {
 }
 
 // BenchmarkClaimRefusedHeadManyKeys times single fair claims over 40,000
-// rows on 20,000 keys (2 each) whose oldest key's rows all carry a quota
-// key with an empty bucket: every claim picks that key's head first, has
-// it refused, and picks again among the other keys. The rows taken stay
-// running. What the second pick costs is what this measures: it should
-// find the next key in the fair order, not read every key's head.
+// rows on 20,000 keys (2 each; in the two-level queue, 200 groups of 100
+// sub-keys) whose oldest key's rows all carry a quota key with an empty
+// bucket: every claim picks that key's head first, has it refused, and
+// picks again among the other keys. The rows taken stay running. What the
+// second pick costs is what this measures: it should find the next key in
+// the fair order, not read every key's first row.
 func BenchmarkClaimRefusedHeadManyKeys(b *testing.B) {
-	tb := setup(b)
-	tb.exec(`INSERT INTO quotas (queue, quota_key, rate, burst) VALUES ('q', 'empty', 0.000001, 1)`)
-	tb.exec(`INSERT INTO rate_buckets (queue, quota_key, tokens, updated_at) VALUES ('q', 'empty', 0, now())`)
-	fillBacklog(tb, 40000, `'k-' || r.pk % 20000`, `CASE WHEN r.pk % 20000 = 1 THEN 'empty' ELSE '' END`, true)
-	req := claim.Request{Queue: "q", Worker: "w", Fair: true}
-	b.ResetTimer()
-	for b.Loop() {
-		res, err := claim.Claim(tb.ctx, tb.db, req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if !res.OK || len(res.Refused) != 1 {
-			b.Fatalf("claim: ok %v with %d refusals, want a task and one refusal", res.OK, len(res.Refused))
-		}
+	for _, twoLevel := range []bool{false, true} {
+		b.Run(fmt.Sprintf("two-level=%v", twoLevel), func(b *testing.B) {
+			tb := setup(b)
+			if twoLevel {
+				tb.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'bench')`)
+			}
+			tb.exec(`INSERT INTO quotas (queue, quota_key, rate, burst) VALUES ('q', 'empty', 0.000001, 1)`)
+			tb.exec(`INSERT INTO rate_buckets (queue, quota_key, tokens, updated_at) VALUES ('q', 'empty', 0, now())`)
+			fillBacklog(tb, 40000, `'g' || r.pk % 200 || '/k-' || r.pk % 20000`,
+				`CASE WHEN r.pk % 20000 = 1 THEN 'empty' ELSE '' END`, true)
+			req := claim.Request{Queue: "q", Worker: "w", Fair: true}
+			b.ResetTimer()
+			for b.Loop() {
+				res, err := claim.Claim(tb.ctx, tb.db, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !res.OK || len(res.Refused) != 1 {
+					b.Fatalf("claim: ok %v with %d refusals, want a task and one refusal", res.OK, len(res.Refused))
+				}
+			}
+		})
 	}
 }

@@ -323,3 +323,49 @@ func TestFairBatchRefusedHeadAmongManyKeys(t *testing.T) {
 	require.Len(t, got, 25)
 	require.Equal(t, 2, steps()-before, "one bulk step of 24 rows, then one single step")
 }
+
+// The picks after a refusal walk the keys in the order of their summary
+// and read each head by id. A head that left the pending state without the
+// summary knowing (an ordinary claim took it) must be repaired and its key
+// compared again by its next row, not passed over: here key b's next row
+// comes before key c's head, so the claim that refuses key a takes b2.
+// Both the one-level and the two-level pick.
+func TestFairRefusalRepairsAStaleHead(t *testing.T) {
+	t.Parallel()
+	for _, twoLevel := range []bool{false, true} {
+		t.Run(fmt.Sprintf("two-level=%v", twoLevel), func(t *testing.T) {
+			t.Parallel()
+			tw := newRefusedHeadTwin(t)
+			if twoLevel {
+				tw.b.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'test')`)
+				tw.m.SetTwoLevel("q", true)
+			}
+			tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
+			// Key z holds the cap.
+			z := tw.add("g0/z", "capped", 0, 0, "")
+			require.True(t, tw.m.ClaimByID(z, tw.req(false, "", 0)).OK)
+			_, err := claim.ClaimByID(tw.b.ctx, tw.b.db, z, sqlRequest(tw.req(false, "", 0)))
+			require.NoError(t, err)
+
+			w1 := tw.add("g3/w", "", 1, 0, "")
+			a1 := tw.add("g1/a", "capped", 0, 1, "")
+			b1 := tw.add("g1/b", "", 0, 2, "")
+			b2 := tw.add("g1/b", "", 0, 3, "")
+			tw.add("g2/c", "", 0, 4, "")
+
+			// The first fair claim folds every head into the summary and
+			// takes the higher priority.
+			require.Equal(t, w1, tw.claim(t, tw.req(true, "", 0)).Task.ID)
+			// An ordinary claim takes key b's head behind the summary's back.
+			require.True(t, tw.m.ClaimByID(b1, tw.req(false, "", 0)).OK)
+			r, err := claim.ClaimByID(tw.b.ctx, tw.b.db, b1, sqlRequest(tw.req(false, "", 0)))
+			require.NoError(t, err)
+			require.True(t, r.OK)
+
+			r2 := tw.claim(t, tw.req(true, "", 0))
+			require.Equal(t, b2, r2.Task.ID, "key b's next row comes before key c's head")
+			require.Equal(t, []fairkeys.Refusal{{TaskID: a1, QuotaKey: "capped", Reason: fairkeys.ReasonConcurrencyCap}},
+				r2.Refused)
+		})
+	}
+}

@@ -5,15 +5,13 @@
 -- locked, waiting for a short holder (a cancel, an ordinary claim), and
 -- returned. A head that left the pending state or moved meanwhile (an
 -- ordinary claim, a cancel, an update took it) is replaced by the key's
--- true first row, read from the key's index starting at the old head
--- (harvest_key_head), and the result is NULL: the caller compares the keys
--- again. Both picks by key heads use it (harvest_pick_fair_heads,
--- harvest_pick_group_heads).
+-- true first row (harvest_head_repair), and the result is NULL: the caller
+-- compares the keys again. Both picks by key heads use it
+-- (harvest_pick_fair_heads, harvest_pick_group_heads).
 CREATE OR REPLACE FUNCTION harvest_head_check(p_queue text, p_head fair_state) RETURNS tasks
 LANGUAGE plpgsql AS $$
 DECLARE
     r_task tasks%ROWTYPE;
-    r_head record;
 BEGIN
     SELECT * INTO r_task FROM tasks x
     WHERE x.id = p_head.head_id AND x.state = 'pending' AND x.queue = p_queue
@@ -21,11 +19,7 @@ BEGIN
       AND x.continuation = p_head.head_cont AND x.due_at = p_head.head_due
     FOR UPDATE;
     IF r_task.id IS NULL THEN
-        SELECT * INTO r_head FROM harvest_key_head(p_queue, p_head.key, p_head.head_prio, p_head.head_cont,
-                                                   p_head.head_due, p_head.head_id);
-        UPDATE fair_state SET head_id = r_head.head_id, head_prio = r_head.head_prio,
-                              head_cont = r_head.head_cont, head_due = r_head.head_due
-        WHERE queue = p_queue AND key = p_head.key;
+        PERFORM harvest_head_repair(p_queue, p_head);
     END IF;
     RETURN r_task;
 END

@@ -31,11 +31,7 @@ BEGIN
     ORDER BY head_prio DESC, pass, head_cont DESC, head_due, head_id
     LIMIT 1;
     IF r_b.key IS NOT NULL AND r_b.pass <= p_clock THEN
-        -- A debt mark the clock already passed (only a repair or a hand
-        -- edit leaves one): such a key has no debt and must compete by its
-        -- head, so clear the marks the clock passed and look again.
-        UPDATE fair_state SET in_debt = false
-        WHERE queue = p_queue AND in_debt AND pass <= p_clock;
+        PERFORM harvest_debt_clear(p_queue, p_clock);
         redo := 'again';
         RETURN;
     END IF;

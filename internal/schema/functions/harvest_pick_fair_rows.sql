@@ -20,9 +20,9 @@
 -- statement's fold no pending row of a key comes before its head. What it
 -- cannot serve it hands back as that pick does: redo = 'again' after it
 -- cleared debt marks the clock passed, or repaired a head that left the
--- pending state or moved (harvest_key_head, as harvest_head_check); redo
--- = 'sort' when the chosen head is not due at a caller-given time that
--- went back. Nothing when no key is left.
+-- pending state or moved (harvest_head_repair); redo = 'sort' when the
+-- chosen head is not due at a caller-given time that went back. Nothing
+-- when no key is left.
 DROP FUNCTION IF EXISTS harvest_pick_fair_rows(text, timestamptz, text[], double precision);
 CREATE OR REPLACE FUNCTION harvest_pick_fair_rows(p_queue text, p_due_cut timestamptz, p_excl text[],
                                                   p_xkeys text[], p_clock double precision,
@@ -35,7 +35,6 @@ DECLARE
     r_a     fair_state%ROWTYPE;
     r_b     fair_state%ROWTYPE;
     r_k     fair_state%ROWTYPE;
-    r_head  record;
     v_use_a boolean;
     v_id    bigint;
     v_quota text;
@@ -55,13 +54,12 @@ BEGIN
             RETURN;
         END IF;
         IF r_b.key IS NOT NULL AND r_b.pass <= p_clock THEN
-            -- A debt mark the clock already passed: as in
-            -- harvest_pick_fair_heads, clear such marks and compare again.
-            UPDATE fair_state SET in_debt = false
-            WHERE queue = p_queue AND in_debt AND pass <= p_clock;
+            PERFORM harvest_debt_clear(p_queue, p_clock);
             redo := 'again';
             RETURN;
         END IF;
+        -- The comparison of harvest_pick_fair_heads (written out in both:
+        -- a shared SQL function, inlined, made the common pick slower).
         v_use_a := r_b.key IS NULL OR (r_a.key IS NOT NULL AND
             (-r_a.head_prio, 0::double precision, NOT r_a.head_cont, r_a.head_due, r_a.head_id)
             <= (-r_b.head_prio, harvest_lag(r_b.pass, p_clock), NOT r_b.head_cont, r_b.head_due, r_b.head_id));
@@ -74,19 +72,15 @@ BEGIN
             redo := 'sort';
             RETURN;
         END IF;
+        -- The head, by id and without a lock, if it is still where the
+        -- summary says (harvest_head_check's test).
         v_id := NULL;
         SELECT x.id, x.quota_key INTO v_id, v_quota FROM tasks x
         WHERE x.id = r_k.head_id AND x.state = 'pending' AND x.queue = p_queue
           AND x.fairness_key = r_k.key AND x.priority = r_k.head_prio
           AND x.continuation = r_k.head_cont AND x.due_at = r_k.head_due;
         IF v_id IS NULL THEN
-            -- The head left the pending state or moved: repair it, as
-            -- harvest_head_check does, and compare again.
-            SELECT * INTO r_head FROM harvest_key_head(p_queue, r_k.key, r_k.head_prio, r_k.head_cont,
-                                                       r_k.head_due, r_k.head_id);
-            UPDATE fair_state SET head_id = r_head.head_id, head_prio = r_head.head_prio,
-                                  head_cont = r_head.head_cont, head_due = r_head.head_due
-            WHERE queue = p_queue AND key = r_k.key;
+            PERFORM harvest_head_repair(p_queue, r_k);
             redo := 'again';
             RETURN;
         END IF;
