@@ -50,13 +50,11 @@ BEGIN
     FETCH c_free INTO r_a;
     FETCH c_debt INTO r_b;
     LOOP
-        IF r_a.key IS NULL AND r_b.key IS NULL THEN
-            RETURN;
-        END IF;
+        EXIT WHEN r_a.key IS NULL AND r_b.key IS NULL;
         IF r_b.key IS NOT NULL AND r_b.pass <= p_clock THEN
             PERFORM harvest_debt_clear(p_queue, p_clock);
             redo := 'again';
-            RETURN;
+            EXIT;
         END IF;
         -- The comparison of harvest_pick_fair_heads (written out in both:
         -- a shared SQL function, inlined, made the common pick slower).
@@ -70,7 +68,7 @@ BEGIN
         END IF;
         IF r_k.head_due > p_due_cut THEN
             redo := 'sort';
-            RETURN;
+            EXIT;
         END IF;
         -- The head, by id and without a lock, if it is still where the
         -- summary says (harvest_head_check's test).
@@ -82,12 +80,12 @@ BEGIN
         IF v_id IS NULL THEN
             PERFORM harvest_head_repair(p_queue, r_k);
             redo := 'again';
-            RETURN;
+            EXIT;
         END IF;
         IF v_quota <> ALL (p_excl) THEN
             cand := v_id;
             key_lag := CASE WHEN v_use_a THEN 0 ELSE harvest_lag(r_k.pass, p_clock) END;
-            RETURN;
+            EXIT;
         END IF;
         IF v_use_a THEN
             FETCH c_free INTO r_a;
@@ -95,5 +93,9 @@ BEGIN
             FETCH c_debt INTO r_b;
         END IF;
     END LOOP;
+    -- Closed here rather than at the transaction's end: a batch may pick
+    -- after a refusal in many of its steps.
+    CLOSE c_free;
+    CLOSE c_debt;
 END
 $$;
