@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,6 +54,10 @@ type fleet struct {
 
 	mu    sync.Mutex
 	calls []claimCall
+
+	// refused counts claim statements that a quota's recheck refused a
+	// row in.
+	refused atomic.Int64
 }
 
 // claimCall is one claim statement and the tasks it took, in its order.
@@ -93,8 +98,14 @@ func (f *fleet) db() *pgxpool.Pool { return f.pools[0] }
 // as a group of starts does.
 func (f *fleet) add(key string, prio, n int) {
 	f.t.Helper()
-	_, err := f.db().Exec(f.ctx, `INSERT INTO tasks (run_pk, queue, fairness_key, priority)
-		SELECT $1, 'q', $2, $3 FROM generate_series(1, $4)`, f.run, key, prio, n)
+	f.addQuota(key, "", prio, n)
+}
+
+// addQuota is add for tasks under quota key qk.
+func (f *fleet) addQuota(key, qk string, prio, n int) {
+	f.t.Helper()
+	_, err := f.db().Exec(f.ctx, `INSERT INTO tasks (run_pk, queue, fairness_key, quota_key, priority)
+		SELECT $1, 'q', $2, $3, $4 FROM generate_series(1, $5)`, f.run, key, qk, prio, n)
 	require.NoError(f.t, err)
 }
 
@@ -134,14 +145,21 @@ func (f *fleet) loops(c, maxBatch int, noise []string, stop func() bool) {
 					return
 				}
 				var took []claim.Completion
+				refused := false
 				for _, r := range rs {
 					if r.OK {
 						call.ids = append(call.ids, r.Task.ID)
 						took = append(took, claim.Completion{ID: r.Task.ID, Token: r.Task.LeaseToken})
 					}
+					refused = refused || len(r.Refused) > 0
+				}
+				if refused {
+					f.refused.Add(1)
 				}
 				if len(call.ids) == 0 {
-					if idle.Add(1) > int64(10*c) {
+					// A refusal is not a dry queue: the rows it held
+					// back come free as the others complete theirs.
+					if !refused && idle.Add(1) > int64(10*c) {
 						done.Store(true)
 					}
 					continue
@@ -578,4 +596,94 @@ func runtimeSettlesOnce(t *testing.T, two bool) {
 		require.NoError(t, f.db().QueryRow(f.ctx, `SELECT count(*) FROM fair_held`).Scan(&left))
 		require.Zero(t, left)
 	})
+}
+
+// A capped quota at concurrency: twenty keys whose every row is under one
+// quota key capped at two running tasks, beside two keys with no quota,
+// while claimers take single claims and batches and other starts commit.
+// The cap is never exceeded, counted at every commit that starts or ends a
+// task of the quota key (not by the claim's own count), the cap is reached
+// and refuses claims, and the two free keys keep their weights within the
+// pair bound: the keys held back by the full quota cost the others neither
+// turns nor order. One-level (the pick after a refusal walks the keys) and
+// two-level (the metered keys are one tenant's group).
+func TestGuaranteeQuotaCapHoldsAtConcurrency(t *testing.T) {
+	t.Parallel()
+	for _, two := range []bool{false, true} {
+		t.Run(fmt.Sprintf("two_level=%v", two), func(t *testing.T) {
+			t.Parallel()
+			atEachClaimerCount(t, func(t *testing.T, c int, f *fleet) {
+				quotaCapHolds(t, c, f, two)
+			})
+		})
+	}
+}
+
+func quotaCapHolds(t *testing.T, c int, f *fleet, two bool) {
+	const capN = 2
+	if two {
+		_, err := f.db().Exec(f.ctx, `SELECT harvest_queue_fairness_set('q', true, NULL, 'test')`)
+		require.NoError(t, err)
+		_, err = f.db().Exec(f.ctx, `SELECT harvest_group_weight_set('q', 'b', 2, 'test')`)
+		require.NoError(t, err)
+		// Heavy enough that a batch meets more of the group's rows than
+		// the cap lets run, even with one claimer.
+		_, err = f.db().Exec(f.ctx, `SELECT harvest_group_weight_set('q', 'm', 8, 'test')`)
+		require.NoError(t, err)
+	} else {
+		f.setWeight("b", 2)
+	}
+	_, err := f.db().Exec(f.ctx, `INSERT INTO quotas (queue, quota_key, max_concurrent) VALUES ('q', 'm', $1)`, capN)
+	require.NoError(t, err)
+	// The running tasks of quota key m, moved by a trigger that fires at
+	// each commit and takes a row lock: the commits that change the count
+	// are counted in the order they commit, so the log holds the true
+	// count after each of them.
+	_, err = f.db().Exec(f.ctx, `CREATE TABLE test_quota_running (n integer NOT NULL);
+		INSERT INTO test_quota_running VALUES (0);
+		CREATE TABLE test_quota_log (n integer NOT NULL);
+		CREATE FUNCTION test_quota_count() RETURNS trigger LANGUAGE plpgsql AS $$
+		DECLARE
+			d integer := (NEW.state = 'running')::integer - (OLD.state = 'running')::integer;
+			v integer;
+		BEGIN
+			IF d <> 0 THEN
+				UPDATE test_quota_running SET n = n + d RETURNING n INTO v;
+				INSERT INTO test_quota_log VALUES (v);
+			END IF;
+			RETURN NULL;
+		END $$;
+		CREATE CONSTRAINT TRIGGER test_quota_count AFTER UPDATE ON tasks
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+			WHEN (NEW.quota_key = 'm') EXECUTE FUNCTION test_quota_count();`)
+	require.NoError(t, err)
+	for i := range 20 {
+		f.addQuota(fmt.Sprintf("m/%d", i), "m", 0, 30)
+	}
+	f.add("a", 0, 300)
+	f.add("b", 0, 600)
+	f.loops(c, 8, []string{"n1", "n2"}, func() bool {
+		return f.pending("a") == 0 || f.pending("b") == 0
+	})
+	got := f.order()
+	metered := 0
+	for _, x := range got {
+		if strings.HasPrefix(x.key, "m/") {
+			metered++
+		}
+	}
+	var most, changes int
+	require.NoError(t, f.db().QueryRow(f.ctx, `SELECT coalesce(max(n), 0), count(*) FROM test_quota_log`).Scan(&most, &changes))
+	t.Logf("%d claims, %d of them metered; %d statements refused a row; the running count moved %d times, at most %d (cap %d)",
+		len(got), metered, f.refused.Load(), changes, most, capN)
+	require.LessOrEqual(t, most, capN, "more tasks of the quota key ran at once than its cap")
+	require.Equal(t, capN, most, "the cap was never reached: the test did not test it")
+	require.Positive(t, f.refused.Load(), "no claim was refused: the test did not test the refusal")
+	require.Positive(t, metered, "the metered keys were never served")
+	if two {
+		for i := range got {
+			got[i].key = fairkeys.GroupOf(got[i].key)
+		}
+	}
+	checkWeights(t, got, "b", 2, "a", 1)
 }

@@ -52,6 +52,24 @@ func (tw *refusedHeadTwin) add(key, qk string, prio, due int, pinnedTo string) i
 	return task.ID
 }
 
+// takeByID claims row id by its id, ordinarily, on both sides.
+func (tw *refusedHeadTwin) takeByID(t *testing.T, id int64) {
+	t.Helper()
+	req := tw.req(false, "", 0)
+	require.True(t, tw.m.ClaimByID(id, req).OK)
+	r, err := claim.ClaimByID(tw.b.ctx, tw.b.db, id, sqlRequest(req))
+	require.NoError(t, err)
+	require.True(t, r.OK)
+}
+
+// fillCap caps quota key "capped" at one running task and fills the cap
+// with a row of key, taken by an ordinary claim.
+func (tw *refusedHeadTwin) fillCap(t *testing.T, key string) {
+	t.Helper()
+	tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
+	tw.takeByID(t, tw.add(key, "capped", 0, 0, ""))
+}
+
 func (tw *refusedHeadTwin) req(fair bool, worker string, aging int) fairkeys.ClaimRequest {
 	return fairkeys.ClaimRequest{Queue: "q", Worker: worker, Now: t0.Add(time.Minute), Fair: fair, AgingSecs: aging}
 }
@@ -97,12 +115,7 @@ func TestFairRefusedHeadHoldsItsKey(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			tw := newRefusedHeadTwin(t)
-			tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
-			// Key z holds the cap.
-			z := tw.add("z", "capped", 0, 0, "")
-			require.True(t, tw.m.ClaimByID(z, tw.req(false, "", 0)).OK)
-			_, err := claim.ClaimByID(tw.b.ctx, tw.b.db, z, sqlRequest(tw.req(false, "", 0)))
-			require.NoError(t, err)
+			tw.fillCap(t, "z")
 
 			// Key a: a capped head, then a row without a quota key and one
 			// of another quota key. Key b: a capped head with a free row
@@ -146,11 +159,7 @@ func TestFairRefusedHeadHoldsItsKey(t *testing.T) {
 func TestFairRefusedPinnedHeadHoldsItsKey(t *testing.T) {
 	t.Parallel()
 	tw := newRefusedHeadTwin(t)
-	tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
-	z := tw.add("z", "capped", 0, 0, "")
-	require.True(t, tw.m.ClaimByID(z, tw.req(false, "", 0)).OK)
-	_, err := claim.ClaimByID(tw.b.ctx, tw.b.db, z, sqlRequest(tw.req(false, "", 0)))
-	require.NoError(t, err)
+	tw.fillCap(t, "z")
 	d1 := tw.add("d", "capped", 1, 1, "w1")
 	tw.add("e", "capped", 0, 2, "w1")
 	e2 := tw.add("e", "", 1, 3, "")
@@ -201,11 +210,7 @@ func (tw *refusedHeadTwin) batchOn(t *testing.T, db shard.Querier, req fairkeys.
 func TestFairRefusedHeadBatch(t *testing.T) {
 	t.Parallel()
 	tw := newRefusedHeadTwin(t)
-	tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
-	z := tw.add("z", "capped", 0, 0, "")
-	require.True(t, tw.m.ClaimByID(z, tw.req(false, "", 0)).OK)
-	_, err := claim.ClaimByID(tw.b.ctx, tw.b.db, z, sqlRequest(tw.req(false, "", 0)))
-	require.NoError(t, err)
+	tw.fillCap(t, "z")
 	tw.add("a", "capped", 0, 1, "")
 	tw.add("a", "", 0, 2, "")
 	tw.add("a", "other", 0, 3, "")
@@ -340,12 +345,7 @@ func TestFairRefusalRepairsAStaleHead(t *testing.T) {
 				tw.b.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'test')`)
 				tw.m.SetTwoLevel("q", true)
 			}
-			tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
-			// Key z holds the cap.
-			z := tw.add("g0/z", "capped", 0, 0, "")
-			require.True(t, tw.m.ClaimByID(z, tw.req(false, "", 0)).OK)
-			_, err := claim.ClaimByID(tw.b.ctx, tw.b.db, z, sqlRequest(tw.req(false, "", 0)))
-			require.NoError(t, err)
+			tw.fillCap(t, "g0/z")
 
 			w1 := tw.add("g3/w", "", 1, 0, "")
 			a1 := tw.add("g1/a", "capped", 0, 1, "")
@@ -357,10 +357,7 @@ func TestFairRefusalRepairsAStaleHead(t *testing.T) {
 			// takes the higher priority.
 			require.Equal(t, w1, tw.claim(t, tw.req(true, "", 0)).Task.ID)
 			// An ordinary claim takes key b's head behind the summary's back.
-			require.True(t, tw.m.ClaimByID(b1, tw.req(false, "", 0)).OK)
-			r, err := claim.ClaimByID(tw.b.ctx, tw.b.db, b1, sqlRequest(tw.req(false, "", 0)))
-			require.NoError(t, err)
-			require.True(t, r.OK)
+			tw.takeByID(t, b1)
 
 			r2 := tw.claim(t, tw.req(true, "", 0))
 			require.Equal(t, b2, r2.Task.ID, "key b's next row comes before key c's head")
