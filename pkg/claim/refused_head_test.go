@@ -296,6 +296,50 @@ func TestFairBatchRefusedHeadAbove(t *testing.T) {
 	require.Equal(t, 1, steps()-before, "one single step refuses the head; the bulk steps take the rest")
 }
 
+// Many refused heads of the batch's priority, more than a bulk step's
+// candidates: every bulk step would take nothing (refused heads are never
+// charged, so they stay in front) and each row falls to a single step. The
+// batch stops trying bulk steps after every row: it waits 1, 3, 7, ...
+// single steps between tries, and takes what the model's single claims
+// take all the same. One- and two-level.
+func TestFairBatchManyRefusedKeysBackOffBulk(t *testing.T) {
+	t.Parallel()
+	for _, twoLevel := range []bool{false, true} {
+		t.Run(fmt.Sprintf("two-level=%v", twoLevel), func(t *testing.T) {
+			t.Parallel()
+			tw := newRefusedHeadTwin(t)
+			bulkFn := "harvest_claim_bulk_fair"
+			if twoLevel {
+				tw.b.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'test')`)
+				tw.m.SetTwoLevel("q", true)
+				bulkFn = "harvest_claim_bulk_group"
+			}
+			tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
+			z := tw.add("z", "capped", 0, 0, "")
+			require.True(t, tw.m.ClaimByID(z, tw.req(true, "", 0)).OK)
+			conn, calls := stepCounter(t, tw.b)
+			_, err := claim.ClaimByID(tw.b.ctx, conn, z, sqlRequest(tw.req(true, "", 0)))
+			require.NoError(t, err)
+			for k := range 40 {
+				tw.add(fmt.Sprintf("r%02d", k), "capped", 0, 1+k, "")
+			}
+			for i := range 3 {
+				for k := range 20 {
+					tw.add(fmt.Sprintf("k%02d", k), "", 0, 41+i, "")
+				}
+			}
+			bulk0, steps0 := calls(bulkFn), calls("harvest_claim_step")
+			got := tw.batchOn(t, conn, tw.req(true, "w1", 0), 30)
+			require.Len(t, got, 30)
+			bulk, steps := calls(bulkFn)-bulk0, calls("harvest_claim_step")-steps0
+			t.Logf("%v bulk steps, %v single steps for 30 rows", bulk, steps)
+			require.Equal(t, 30.0, steps, "every row is a single step")
+			// Bulk tries before rows 1, 2, 4, 8 and 16.
+			require.Equal(t, 5.0, bulk, "the batch backs off the bulk steps that take nothing")
+		})
+	}
+}
+
 // A refused head among more keys than the batch asks for leaves the rest
 // of the plan in bulk: every other candidate's head is claimed before any
 // key outside the candidates, so the plan keeps them. (It used to stop at

@@ -56,6 +56,11 @@ DECLARE
     -- when it had any: the next bulk step starts from them.
     v_above   integer;
     v_ref     jsonb;
+    -- Bulk steps that took nothing because refused heads stood in front:
+    -- how many in a row, and the single steps left before the next try.
+    v_futile  integer := 0;
+    v_wait    integer := 0;
+    v_tried   boolean;
 BEGIN
     -- A paused queue hands out nothing (queue_pauses); its shared pause
     -- lock comes before every other lock of the claim.
@@ -116,12 +121,13 @@ BEGIN
     -- its own (harvest_claim_bulk_group).
     v_bulk := p_aging = 0;
     WHILE v_left > 0 LOOP
+        v_tried := false;
         -- One row is cheaper by the single claim than by a bulk plan. A
         -- bulk step only where the single claim would not take a pinned
         -- row first: none pending for this worker, due, its pin running
         -- (one probe of the partial index before every bulk step, since a
         -- start may commit a pinned row meanwhile).
-        IF v_bulk AND v_left > 1
+        IF v_bulk AND v_left > 1 AND v_wait = 0
            AND NOT harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut) THEN
             v_got := 0;
             IF p_fair AND v_two THEN
@@ -172,6 +178,10 @@ BEGIN
             v_took := v_took OR v_got > 0;
             v_left := v_left - v_got;
             CONTINUE WHEN v_got > 0;
+            -- Futile only when the step knew the refusals before it: one
+            -- without them cannot leave out refused heads of a higher
+            -- priority, and the next one can.
+            v_tried := v_above IS NOT NULL;
         END IF;
         r_out := harvest_claim_step(p_queue, p_worker, p_now, p_fair, p_aging, p_lease, NULL, v_two, v_runtime);
         EXIT WHEN r_out.outcome <> 'ok';
@@ -180,6 +190,23 @@ BEGIN
         v_above := CASE WHEN jsonb_array_length(r_out.refusals) > 0 THEN r_out.priority END;
         v_ref := r_out.refusals;
         v_left := v_left - 1;
+        -- Refused heads are never charged, so they stay in front: a bulk
+        -- step that took nothing though it knew the refusals before it,
+        -- followed by a single claim that met refusals again, would most
+        -- likely take nothing again (many refused keys of the same
+        -- priority fill its candidates). The next bulk step waits 1, 3,
+        -- 7, ... single steps; a single claim without refusals ends the
+        -- wait. The single steps take what the bulk steps would have, so
+        -- only the cost changes.
+        IF v_above IS NULL THEN
+            v_futile := 0;
+            v_wait := 0;
+        ELSIF v_tried THEN
+            v_futile := v_futile + 1;
+            v_wait := (1 << least(v_futile, 16)) - 1;
+        ELSIF v_wait > 0 THEN
+            v_wait := v_wait - 1;
+        END IF;
     END LOOP;
     IF r_out.outcome = 'refused' THEN
         RETURN NEXT r_out;
