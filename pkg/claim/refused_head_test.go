@@ -301,7 +301,9 @@ func TestFairBatchRefusedHeadAbove(t *testing.T) {
 // charged, so they stay in front) and each row falls to a single step. The
 // batch stops trying bulk steps after every row: it waits 1, 3, 7, ...
 // single steps between tries, and takes what the model's single claims
-// take all the same. One- and two-level.
+// take all the same. One- and two-level; in the one-level queue the 2,100
+// refused keys are more than the pick after a refusal walks (2,000) before
+// it reads every key's head at once.
 func TestFairBatchManyRefusedKeysBackOffBulk(t *testing.T) {
 	t.Parallel()
 	for _, twoLevel := range []bool{false, true} {
@@ -320,12 +322,14 @@ func TestFairBatchManyRefusedKeysBackOffBulk(t *testing.T) {
 			conn, calls := stepCounter(t, tw.b)
 			_, err := claim.ClaimByID(tw.b.ctx, conn, z, sqlRequest(tw.req(true, "", 0)))
 			require.NoError(t, err)
-			for k := range 40 {
-				tw.add(fmt.Sprintf("r%02d", k), "capped", 0, 1+k, "")
+			// Due at once (pending, not scheduled: a claim promotes at
+			// most 1,000 scheduled rows).
+			for k := range 2100 {
+				tw.add(fmt.Sprintf("r%04d", k), "capped", 0, 0, "")
 			}
-			for i := range 3 {
+			for range 3 {
 				for k := range 20 {
-					tw.add(fmt.Sprintf("k%02d", k), "", 0, 41+i, "")
+					tw.add(fmt.Sprintf("k%02d", k), "", 0, 0, "")
 				}
 			}
 			bulk0, steps0 := calls(bulkFn), calls("harvest_claim_step")

@@ -12,9 +12,12 @@
 -- the first other head is the answer, as cand, which harvest_claim_step
 -- locks, waiting for a short holder. So the pick reads the keys in front
 -- of its answer, not every key with work: when one refused key stands
--- before thousands, the next key is the answer. Keys behind a full quota
--- in front of every other are still read one by one (docs/fairness.md,
--- "Limits").
+-- before thousands, the next key is the answer. When many keys behind a
+-- refused quota key stand in front (docs/fairness.md, "Limits"), a walk
+-- of key after key costs about twice a single statement that reads every
+-- key's head and sorts them; so after 100 keys passed over the walk
+-- stops and that statement answers (it reads the rows, not the summary,
+-- so it needs no repair; the caller computes the lag).
 --
 -- The walk trusts the summary as harvest_pick_fair_heads does: after the
 -- statement's fold no pending row of a key comes before its head. What it
@@ -38,6 +41,7 @@ DECLARE
     v_use_a boolean;
     v_id    bigint;
     v_quota text;
+    v_seen  integer := 0;
 BEGIN
     OPEN c_free FOR
         SELECT * FROM fair_state
@@ -85,6 +89,22 @@ BEGIN
         IF v_quota <> ALL (p_excl) THEN
             cand := v_id;
             key_lag := CASE WHEN v_use_a THEN 0 ELSE harvest_lag(r_k.pass, p_clock) END;
+            EXIT;
+        END IF;
+        v_seen := v_seen + 1;
+        IF v_seen >= 2000 THEN
+            cand := (
+                SELECT h.id FROM fair_state f
+                CROSS JOIN LATERAL (
+                    SELECT y.id, y.priority, y.continuation, y.due_at, y.quota_key FROM tasks y
+                    WHERE y.queue = f.queue AND y.fairness_key = f.key AND y.state = 'pending'
+                      AND y.due_at <= p_due_cut
+                    ORDER BY y.priority DESC, y.continuation DESC, y.due_at, y.id
+                    LIMIT 1) h
+                WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND f.key <> ALL (p_xkeys)
+                  AND h.quota_key <> ALL (p_excl)
+                ORDER BY h.priority DESC, harvest_lag(f.pass, p_clock), h.continuation DESC, h.due_at, h.id
+                LIMIT 1);
             EXIT;
         END IF;
         IF v_use_a THEN
