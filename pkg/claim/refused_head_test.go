@@ -70,6 +70,12 @@ func (tw *refusedHeadTwin) fillCap(t *testing.T, key string) {
 	tw.takeByID(t, tw.add(key, "capped", 0, 0, ""))
 }
 
+// twoLevel turns two-level fairness on for queue "q" on both sides.
+func (tw *refusedHeadTwin) twoLevel() {
+	tw.b.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'test')`)
+	tw.m.SetTwoLevel("q", true)
+}
+
 func (tw *refusedHeadTwin) req(fair bool, worker string, aging int) fairkeys.ClaimRequest {
 	return fairkeys.ClaimRequest{Queue: "q", Worker: worker, Now: t0.Add(time.Minute), Fair: fair, AgingSecs: aging}
 }
@@ -266,13 +272,35 @@ func TestFairBatchQuotaRechecks(t *testing.T) {
 // claim steps made on it so far (stepCounter says why one connection).
 func (tw *refusedHeadTwin) capFull(t *testing.T) (*pgxpool.Conn, func() int) {
 	t.Helper()
+	conn, calls := tw.capFullCounted(t)
+	return conn, func() int { return int(calls("harvest_claim_step")) }
+}
+
+// capFullCounted is capFull counting the calls of any function by name.
+func (tw *refusedHeadTwin) capFullCounted(t *testing.T) (*pgxpool.Conn, func(fn string) float64) {
+	t.Helper()
 	tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
 	z := tw.add("z", "capped", 0, 0, "")
 	require.True(t, tw.m.ClaimByID(z, tw.req(true, "", 0)).OK)
 	conn, calls := stepCounter(t, tw.b)
 	_, err := claim.ClaimByID(tw.b.ctx, conn, z, sqlRequest(tw.req(true, "", 0)))
 	require.NoError(t, err)
-	return conn, func() int { return int(calls("harvest_claim_step")) }
+	return conn, calls
+}
+
+// atEachLevel runs test in parallel subtests on a fresh twin, in a
+// one-level queue and in a two-level one.
+func atEachLevel(t *testing.T, test func(t *testing.T, tw *refusedHeadTwin, twoLevel bool)) {
+	for _, twoLevel := range []bool{false, true} {
+		t.Run(fmt.Sprintf("two-level=%v", twoLevel), func(t *testing.T) {
+			t.Parallel()
+			tw := newRefusedHeadTwin(t)
+			if twoLevel {
+				tw.twoLevel()
+			}
+			test(t, tw, twoLevel)
+		})
+	}
 }
 
 // A refused head of a higher priority than the rest of the backlog stays
@@ -306,42 +334,31 @@ func TestFairBatchRefusedHeadAbove(t *testing.T) {
 // it reads every key's head at once.
 func TestFairBatchManyRefusedKeysBackOffBulk(t *testing.T) {
 	t.Parallel()
-	for _, twoLevel := range []bool{false, true} {
-		t.Run(fmt.Sprintf("two-level=%v", twoLevel), func(t *testing.T) {
-			t.Parallel()
-			tw := newRefusedHeadTwin(t)
-			bulkFn := "harvest_claim_bulk_fair"
-			if twoLevel {
-				tw.b.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'test')`)
-				tw.m.SetTwoLevel("q", true)
-				bulkFn = "harvest_claim_bulk_group"
+	atEachLevel(t, func(t *testing.T, tw *refusedHeadTwin, twoLevel bool) {
+		bulkFn := "harvest_claim_bulk_fair"
+		if twoLevel {
+			bulkFn = "harvest_claim_bulk_group"
+		}
+		conn, calls := tw.capFullCounted(t)
+		// Due at once (pending, not scheduled: a claim promotes at
+		// most 1,000 scheduled rows).
+		for k := range 2100 {
+			tw.add(fmt.Sprintf("r%04d", k), "capped", 0, 0, "")
+		}
+		for range 3 {
+			for k := range 20 {
+				tw.add(fmt.Sprintf("k%02d", k), "", 0, 0, "")
 			}
-			tw.quota("capped", fairkeys.Quota{MaxConcurrent: 1})
-			z := tw.add("z", "capped", 0, 0, "")
-			require.True(t, tw.m.ClaimByID(z, tw.req(true, "", 0)).OK)
-			conn, calls := stepCounter(t, tw.b)
-			_, err := claim.ClaimByID(tw.b.ctx, conn, z, sqlRequest(tw.req(true, "", 0)))
-			require.NoError(t, err)
-			// Due at once (pending, not scheduled: a claim promotes at
-			// most 1,000 scheduled rows).
-			for k := range 2100 {
-				tw.add(fmt.Sprintf("r%04d", k), "capped", 0, 0, "")
-			}
-			for range 3 {
-				for k := range 20 {
-					tw.add(fmt.Sprintf("k%02d", k), "", 0, 0, "")
-				}
-			}
-			bulk0, steps0 := calls(bulkFn), calls("harvest_claim_step")
-			got := tw.batchOn(t, conn, tw.req(true, "w1", 0), 30)
-			require.Len(t, got, 30)
-			bulk, steps := calls(bulkFn)-bulk0, calls("harvest_claim_step")-steps0
-			t.Logf("%v bulk steps, %v single steps for 30 rows", bulk, steps)
-			require.Equal(t, 30.0, steps, "every row is a single step")
-			// Bulk tries before rows 1, 2, 4, 8 and 16.
-			require.Equal(t, 5.0, bulk, "the batch backs off the bulk steps that take nothing")
-		})
-	}
+		}
+		bulk0, steps0 := calls(bulkFn), calls("harvest_claim_step")
+		got := tw.batchOn(t, conn, tw.req(true, "w1", 0), 30)
+		require.Len(t, got, 30)
+		bulk, steps := calls(bulkFn)-bulk0, calls("harvest_claim_step")-steps0
+		t.Logf("%v bulk steps, %v single steps for 30 rows", bulk, steps)
+		require.Equal(t, 30.0, steps, "every row is a single step")
+		// Bulk tries before rows 1, 2, 4, 8 and 16.
+		require.Equal(t, 5.0, bulk, "the batch backs off the bulk steps that take nothing")
+	})
 }
 
 // A refused head among more keys than the batch asks for leaves the rest
@@ -385,32 +402,24 @@ func TestFairBatchRefusedHeadAmongManyKeys(t *testing.T) {
 // Both the one-level and the two-level pick.
 func TestFairRefusalRepairsAStaleHead(t *testing.T) {
 	t.Parallel()
-	for _, twoLevel := range []bool{false, true} {
-		t.Run(fmt.Sprintf("two-level=%v", twoLevel), func(t *testing.T) {
-			t.Parallel()
-			tw := newRefusedHeadTwin(t)
-			if twoLevel {
-				tw.b.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'test')`)
-				tw.m.SetTwoLevel("q", true)
-			}
-			tw.fillCap(t, "g0/z")
+	atEachLevel(t, func(t *testing.T, tw *refusedHeadTwin, _ bool) {
+		tw.fillCap(t, "g0/z")
 
-			w1 := tw.add("g3/w", "", 1, 0, "")
-			a1 := tw.add("g1/a", "capped", 0, 1, "")
-			b1 := tw.add("g1/b", "", 0, 2, "")
-			b2 := tw.add("g1/b", "", 0, 3, "")
-			tw.add("g2/c", "", 0, 4, "")
+		w1 := tw.add("g3/w", "", 1, 0, "")
+		a1 := tw.add("g1/a", "capped", 0, 1, "")
+		b1 := tw.add("g1/b", "", 0, 2, "")
+		b2 := tw.add("g1/b", "", 0, 3, "")
+		tw.add("g2/c", "", 0, 4, "")
 
-			// The first fair claim folds every head into the summary and
-			// takes the higher priority.
-			require.Equal(t, w1, tw.claim(t, tw.req(true, "", 0)).Task.ID)
-			// An ordinary claim takes key b's head behind the summary's back.
-			tw.takeByID(t, b1)
+		// The first fair claim folds every head into the summary and
+		// takes the higher priority.
+		require.Equal(t, w1, tw.claim(t, tw.req(true, "", 0)).Task.ID)
+		// An ordinary claim takes key b's head behind the summary's back.
+		tw.takeByID(t, b1)
 
-			r2 := tw.claim(t, tw.req(true, "", 0))
-			require.Equal(t, b2, r2.Task.ID, "key b's next row comes before key c's head")
-			require.Equal(t, []fairkeys.Refusal{{TaskID: a1, QuotaKey: "capped", Reason: fairkeys.ReasonConcurrencyCap}},
-				r2.Refused)
-		})
-	}
+		r2 := tw.claim(t, tw.req(true, "", 0))
+		require.Equal(t, b2, r2.Task.ID, "key b's next row comes before key c's head")
+		require.Equal(t, []fairkeys.Refusal{{TaskID: a1, QuotaKey: "capped", Reason: fairkeys.ReasonConcurrencyCap}},
+			r2.Refused)
+	})
 }

@@ -307,8 +307,7 @@ func TestTwoLevelBatchTakesBulkSteps(t *testing.T) {
 func TestTwoLevelBatchRefusedHeadStaysInBulk(t *testing.T) {
 	t.Parallel()
 	tw := newRefusedHeadTwin(t)
-	tw.b.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'test')`)
-	tw.m.SetTwoLevel("q", true)
+	tw.twoLevel()
 	conn, steps := tw.capFull(t)
 	tw.add("acme/a", "capped", 0, 1, "")
 	tw.add("acme/a", "", 0, 2, "")
