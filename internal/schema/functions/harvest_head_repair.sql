@@ -4,8 +4,9 @@
 -- by the key's true first row, read from the key's index starting at the
 -- old head (harvest_key_head); no head when the key has no pending row.
 -- The picks that find such a head repair it and compare the keys again
--- (harvest_head_check; the picks after a refusal, harvest_pick_fair_rows
--- and harvest_pick_group_rows).
+-- (harvest_head_check, for the picks by key heads; harvest_pick_fair_rows,
+-- the one-level pick after a refusal). The two-level pick after a refusal
+-- reads each key's first row itself and needs no repair.
 CREATE OR REPLACE FUNCTION harvest_head_repair(p_queue text, p_head fair_state) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE

@@ -15,8 +15,8 @@
 -- before thousands, the next key is the answer. When many keys behind a
 -- refused quota key stand in front (docs/fairness.md, "Limits"), a walk
 -- of key after key costs about twice a single statement that reads every
--- key's head and sorts them; so after 100 keys passed over the walk
--- stops and that statement answers (it reads the rows, not the summary,
+-- key's head and sorts them; so after c_walk_most (2,000) keys passed
+-- over the walk stops and that statement answers (it reads the rows, not the summary,
 -- so it needs no repair; the caller computes the lag).
 --
 -- The walk trusts the summary as harvest_pick_fair_heads does: after the
@@ -42,6 +42,10 @@ DECLARE
     v_id    bigint;
     v_quota text;
     v_seen  integer := 0;
+    -- Where a walk stops paying: below it, 1,000 keys in front walked
+    -- faster than the sort; 20,000 took twice as long (docs/benchmarks.md,
+    -- "Behind many refused keys").
+    c_walk_most CONSTANT integer := 2000;
 BEGIN
     OPEN c_free FOR
         SELECT * FROM fair_state
@@ -92,7 +96,7 @@ BEGIN
             EXIT;
         END IF;
         v_seen := v_seen + 1;
-        IF v_seen >= 2000 THEN
+        IF v_seen >= c_walk_most THEN
             cand := (
                 SELECT h.id FROM fair_state f
                 CROSS JOIN LATERAL (
