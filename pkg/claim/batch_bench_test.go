@@ -64,6 +64,78 @@ func BenchmarkClaimBatchMix(b *testing.B) {
 	}
 }
 
+// BenchmarkClaimBatchShallow times fair batches of 50 without and with
+// claim.Request.Shallow (sub-benchmarks "unmarked" and "marked") on two
+// shapes:
+//   - two-waiting: two rows wait, on two of 100 keys that have been
+//     charged before (the shape of a quiet queue's claims: many free slots,
+//     a start or two since the last claim); the two rows are inserted with
+//     the timer stopped;
+//   - full: 40,000 rows on 100 keys, every batch full (what a wrong mark
+//     costs: three single steps in front of the plan).
+//
+// steps/op and bulk/op as in BenchmarkClaimBatchMix.
+func BenchmarkClaimBatchShallow(b *testing.B) {
+	for _, full := range []bool{false, true} {
+		for _, shallow := range []bool{false, true} {
+			name := map[bool]string{false: "two-waiting", true: "full"}[full] + "/" +
+				map[bool]string{false: "unmarked", true: "marked"}[shallow]
+			b.Run(name, func(b *testing.B) {
+				benchShallow(b, full, shallow)
+			})
+		}
+	}
+}
+
+func benchShallow(b *testing.B, full, shallow bool) {
+	tb := setup(b)
+	conn, calls := stepCounter(b, tb)
+	req := claim.Request{Queue: "q", Worker: "w", Fair: true, Shallow: shallow}
+	if full {
+		fillBacklog(tb, 40000, `'k-' || r.pk % 100`, `''`, true)
+	} else {
+		// Charge every key: drain a backlog.
+		fillBacklog(tb, 2000, `'k-' || r.pk % 100`, `''`, true)
+		for {
+			rs, err := claim.ClaimBatch(tb.ctx, conn, claim.Request{Queue: "q", Worker: "w", Fair: true}, 50)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(rs) == 0 {
+				break
+			}
+		}
+	}
+	steps0, bulk0 := calls("harvest_claim_step"), calls("harvest_claim_bulk_fair")
+	i := 0
+	for b.Loop() {
+		i++
+		want := 50
+		if !full {
+			b.StopTimer()
+			want = 2
+			tb.exec(`WITH r AS (
+					INSERT INTO runs (tenant, id, name, queue, request_hash)
+					SELECT 't1', 'two-' || $1::bigint || '-' || g, 'wf', 'q', '\x00' FROM generate_series(1, 2) g
+					RETURNING pk)
+				INSERT INTO tasks (run_pk, queue, fairness_key) SELECT r.pk, 'q', 'k-' || r.pk % 100 FROM r`, int64(i))
+			b.StartTimer()
+		}
+		rs, err := claim.ClaimBatch(tb.ctx, conn, req, 50)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(rs) != want {
+			b.Fatalf("batch %d took %d rows, want %d", i, len(rs), want)
+		}
+	}
+	b.StopTimer()
+	if i > 0 {
+		b.ReportMetric((calls("harvest_claim_step")-steps0)/float64(i), "steps/op")
+		b.ReportMetric((calls("harvest_claim_bulk_fair")-bulk0)/float64(i), "bulk/op")
+	}
+}
+
 // BenchmarkClaimBatchQuota times fair batches of 50 over a backlog of
 // 40,000 rows on 100 keys where every fourth row carries one of four quota
 // keys: two with a quota that never refuses here (a high cap and a full
@@ -114,10 +186,7 @@ type refusedShape struct {
 // when twoLevel is set, with the quota key 'empty' refused throughout (a
 // token every 10^6 s, none left).
 func benchRefusedShapes(b *testing.B, twoLevel bool, shapes []refusedShape) {
-	bulkFn := "harvest_claim_bulk_fair"
-	if twoLevel {
-		bulkFn = "harvest_claim_bulk_group"
-	}
+	bulkFn := bulkStepFn(twoLevel)
 	for _, sh := range shapes {
 		b.Run(sh.name, func(b *testing.B) {
 			tb := setup(b)

@@ -253,7 +253,11 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 		require.NoError(rt, batch.db.QueryRow(batch.ctx, `SELECT EXISTS (SELECT 1 FROM tasks
 			WHERE state = 'pending' AND sticky_worker = 'w' AND sticky_until > $1 AND due_at <= $1)`, req.Now).Scan(&pinned))
 		calls0 := bulkCalls(rt)
-		got, err := claim.ClaimBatch(batch.ctx, conn, req, n)
+		// Shallow batches take their first rows by single steps, then go
+		// on in bulk: the same results either way.
+		breq := req
+		breq.Shallow = rapid.Bool().Draw(rt, "shallow")
+		got, err := claim.ClaimBatch(batch.ctx, conn, breq, n)
 		require.NoError(rt, err)
 		if pinned && bulkCalls(rt) > calls0 {
 			pinnedThenBulk++
@@ -313,4 +317,47 @@ func (b *bundle) clock() float64 {
 	var v float64
 	require.NoError(b.t, b.db.QueryRow(b.ctx, `SELECT harvest_clock('q')`).Scan(&v))
 	return v
+}
+
+// A shallow batch takes its first claim.ShallowSingles rows by single
+// steps and plans in bulk only after them: with two rows waiting it plans
+// nothing, where a batch that is not shallow plans at once. Either way it
+// takes what as many single claims of the model would.
+func TestFairBatchShallowTakesSingleStepsFirst(t *testing.T) {
+	t.Parallel()
+	atEachLevel(t, func(t *testing.T, tw *refusedHeadTwin, twoLevel bool) {
+		bulkFn := bulkStepFn(twoLevel)
+		conn, calls := stepCounter(t, tw.b)
+		counts := func() (steps, bulk int) {
+			return int(calls("harvest_claim_step")), int(calls(bulkFn))
+		}
+		req := tw.req(true, "w", 0)
+		take := func(shallow bool, n int) (steps, bulk int) {
+			t.Helper()
+			s0, b0 := counts()
+			tw.shallow = shallow
+			tw.batchOn(t, conn, req, n)
+			s1, b1 := counts()
+			return s1 - s0, b1 - b0
+		}
+
+		// Two rows wait: single steps take both, and a third finds none.
+		tw.add("a", "", 0, 1, "")
+		tw.add("b", "", 0, 2, "")
+		steps, bulk := take(true, 10)
+		require.Equal(t, 3, steps, "single steps of the shallow batch")
+		require.Zero(t, bulk, "bulk steps of the shallow batch")
+		tw.add("a", "", 0, 3, "")
+		tw.add("b", "", 0, 4, "")
+		_, bulk = take(false, 10)
+		require.Positive(t, bulk, "bulk steps of a batch that is not shallow")
+
+		// A deep queue: single steps first, then bulk.
+		for i := range 16 {
+			tw.add(fmt.Sprintf("k%d", i%4), "", 0, 10+i, "")
+		}
+		steps, bulk = take(true, 12)
+		require.GreaterOrEqual(t, steps, claim.ShallowSingles, "single steps of the shallow batch")
+		require.Positive(t, bulk, "bulk steps after the single ones")
+	})
 }

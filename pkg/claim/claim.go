@@ -70,7 +70,21 @@ type Request struct {
 	Fair      bool          // claim in weighted fair order of the fairness keys (start-time fair queuing)
 	AgingSecs int           // > 0: one priority level per AgingSecs waited
 	Lease     time.Duration // zero: DefaultLease
+	// Shallow tells ClaimBatch that only a few rows are expected to wait
+	// (the caller's last batch of the queue came back short). A fair batch
+	// then takes its first ShallowSingles rows by single claims before it
+	// plans in bulk: a bulk plan costs about as much as three single
+	// claims whatever it finds, so for a row or two it is the dearer way.
+	// The rows taken, their order and their charges are the same either
+	// way; only the cost differs. Claim and ordinary batches ignore it.
+	Shallow bool
 }
+
+// ShallowSingles is how many rows a fair batch takes by single claims
+// before its first bulk step when the request is Shallow: about where a
+// bulk step starts to cost less than single claims (docs/benchmarks.md,
+// "Batches that find a row or two").
+const ShallowSingles = 3
 
 // Task is a claimed task.
 type Task struct {
@@ -298,7 +312,11 @@ func claimBatch(ctx context.Context, db shard.Querier, req Request, n int, commi
 	}
 	now, lease := req.args()
 	early := releaseEarly(db, req.Fair)
-	args := []any{req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, n, early}
+	singles := 0
+	if req.Shallow {
+		singles = ShallowSingles
+	}
+	args := []any{req.Queue, req.Worker, now, req.Fair, req.AgingSecs, lease, n, early, singles}
 	var (
 		out    []Result
 		err    error

@@ -194,7 +194,9 @@ func (mm *modelMachine) compare(t *rapid.T, what string, want fairkeys.ClaimResu
 // are checked against the model here.
 func (mm *modelMachine) batch(t *rapid.T, req fairkeys.ClaimRequest, n int) {
 	b := mm.b
-	got, err := claim.ClaimBatch(b.ctx, b.db, sqlRequest(req), n)
+	sreq := sqlRequest(req)
+	sreq.Shallow = rapid.Bool().Draw(t, "shallow")
+	got, err := claim.ClaimBatch(b.ctx, b.db, sreq, n)
 	require.NoError(t, err)
 	var want []fairkeys.ClaimResult
 	for range n {

@@ -20,6 +20,8 @@ type refusedHeadTwin struct {
 	b   *bundle
 	m   *fairkeys.Model
 	run int64
+	// shallow is the Shallow of the SQL side's batch requests.
+	shallow bool
 }
 
 func newRefusedHeadTwin(t *testing.T) *refusedHeadTwin {
@@ -187,7 +189,9 @@ func (tw *refusedHeadTwin) batch(t *testing.T, req fairkeys.ClaimRequest, n int)
 
 func (tw *refusedHeadTwin) batchOn(t *testing.T, db shard.Querier, req fairkeys.ClaimRequest, n int) []claim.Result {
 	t.Helper()
-	got, err := claim.ClaimBatch(tw.b.ctx, db, sqlRequest(req), n)
+	sreq := sqlRequest(req)
+	sreq.Shallow = tw.shallow
+	got, err := claim.ClaimBatch(tw.b.ctx, db, sreq, n)
 	require.NoError(t, err)
 	var want, have []string
 	for range n {
@@ -288,6 +292,15 @@ func (tw *refusedHeadTwin) capFullCounted(t *testing.T) (*pgxpool.Conn, func(fn 
 	return conn, calls
 }
 
+// bulkStepFn names the bulk step of a fair batch: the two-level one in a
+// two-level queue.
+func bulkStepFn(twoLevel bool) string {
+	if twoLevel {
+		return "harvest_claim_bulk_group"
+	}
+	return "harvest_claim_bulk_fair"
+}
+
 // atEachLevel runs test in parallel subtests on a fresh twin, in a
 // one-level queue and in a two-level one.
 func atEachLevel(t *testing.T, test func(t *testing.T, tw *refusedHeadTwin, twoLevel bool)) {
@@ -335,10 +348,7 @@ func TestFairBatchRefusedHeadAbove(t *testing.T) {
 func TestFairBatchManyRefusedKeysBackOffBulk(t *testing.T) {
 	t.Parallel()
 	atEachLevel(t, func(t *testing.T, tw *refusedHeadTwin, twoLevel bool) {
-		bulkFn := "harvest_claim_bulk_fair"
-		if twoLevel {
-			bulkFn = "harvest_claim_bulk_group"
-		}
+		bulkFn := bulkStepFn(twoLevel)
 		conn, calls := tw.capFullCounted(t)
 		// Due at once (pending, not scheduled: a claim promotes at
 		// most 1,000 scheduled rows).

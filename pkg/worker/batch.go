@@ -212,8 +212,12 @@ func (w *Worker) claimBatch(ctx context.Context, rng *rand.Rand, n int) []*claim
 }
 
 func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*claimed, error) {
+	// A queue whose last batch came back short likely holds a row or two:
+	// single claims take those for less than a bulk plan (claim.Request's
+	// Shallow). A full batch turns the hint off again.
+	shallow := w.shallow[queue]
 	req := claim.Request{Queue: queue, Worker: w.cfg.ID, Fair: w.cfg.FairnessKeys,
-		AgingSecs: w.cfg.PriorityAgingSecs, Lease: w.cfg.Lease}
+		AgingSecs: w.cfg.PriorityAgingSecs, Lease: w.cfg.Lease, Shallow: shallow.Load()}
 	start := time.Now()
 	// The statement serves many runs, so it cannot sit in any one run's
 	// trace: it gets a span of the worker's own, which each task's claim
@@ -242,6 +246,7 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 			took = append(took, r)
 		}
 	}
+	shallow.Store(len(took) < n)
 	if len(took) == 0 {
 		outcome := claim.EmptyNoTask
 		if len(rs) > 0 {

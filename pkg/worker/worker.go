@@ -128,6 +128,10 @@ type Worker struct {
 	log     *slog.Logger
 	hooks   Hooks
 	queues  []claim.QueueWeight
+	// shallow holds, per queue, whether the last batch claim of the queue
+	// came back short: the next one is then sent claim.Request.Shallow.
+	// Written by the claim loops; the map itself is fixed at New.
+	shallow map[string]*atomic.Bool
 
 	handlers map[string]Handler
 	fallback Handler
@@ -192,8 +196,10 @@ func New(db *pgxpool.Pool, cfg Config, opts Options) (*Worker, error) {
 		abandon:    make(chan struct{}),
 		inst:       newInstruments(),
 	}
+	w.shallow = make(map[string]*atomic.Bool, len(cfg.Queues))
 	for _, q := range cfg.QueueNames() {
 		w.queues = append(w.queues, claim.QueueWeight{Queue: q, Weight: cfg.Queues[q]})
+		w.shallow[q] = new(atomic.Bool)
 	}
 	w.wake.init()
 	return w, nil

@@ -29,9 +29,16 @@
 -- the caller sends it again (it cannot trade its shared lock for the
 -- exclusive one: two batches doing so would deadlock). p_release_early:
 -- see harvest_claim.
+--
+-- p_singles: a fair batch takes its first p_singles rows by single steps,
+-- then goes on in bulk. A bulk step's plan has a fixed cost of about three
+-- single steps, whatever it finds, so when only a row or two wait (the
+-- caller's last batch of the queue came back short) single steps are the
+-- cheaper way to take them; the rows taken are the same either way.
+DROP FUNCTION IF EXISTS harvest_claim_batch(text, text, timestamptz, boolean, integer, interval, integer, boolean);
 CREATE OR REPLACE FUNCTION harvest_claim_batch(p_queue text, p_worker text, p_now timestamptz, p_fair boolean,
                                                p_aging integer, p_lease interval, p_n integer,
-                                               p_release_early boolean)
+                                               p_release_early boolean, p_singles integer DEFAULT 0)
 RETURNS SETOF harvest_claimed
 LANGUAGE plpgsql
 -- No JIT, here and in the other entry points of the claim and the
@@ -61,6 +68,8 @@ DECLARE
     v_futile  integer := 0;
     v_wait    integer := 0;
     v_tried   boolean;
+    -- Single steps still to take before the first bulk step (p_singles).
+    v_singles integer := CASE WHEN p_fair THEN coalesce(p_singles, 0) ELSE 0 END;
 BEGIN
     -- A paused queue hands out nothing (queue_pauses); its shared pause
     -- lock comes before every other lock of the claim.
@@ -127,7 +136,7 @@ BEGIN
         -- row first: none pending for this worker, due, its pin running
         -- (one probe of the partial index before every bulk step, since a
         -- start may commit a pinned row meanwhile).
-        IF v_bulk AND v_left > 1 AND v_wait = 0
+        IF v_bulk AND v_left > 1 AND v_wait = 0 AND v_singles <= 0
            AND NOT harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut) THEN
             v_got := 0;
             IF p_fair AND v_two THEN
@@ -185,6 +194,7 @@ BEGIN
         END IF;
         r_out := harvest_claim_step(p_queue, p_worker, p_now, p_fair, p_aging, p_lease, NULL, v_two, v_runtime);
         EXIT WHEN r_out.outcome <> 'ok';
+        v_singles := v_singles - 1;
         v_took := true;
         RETURN NEXT r_out;
         v_above := CASE WHEN jsonb_array_length(r_out.refusals) > 0 THEN r_out.priority END;
