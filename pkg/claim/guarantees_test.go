@@ -138,6 +138,9 @@ func (f *fleet) loops(c, maxBatch int, noise []string, stop func() bool) {
 					r, err = claim.Claim(f.ctx, db, req)
 					rs = []claim.Result{r}
 				} else {
+					// Half the batches take their first rows by single
+					// steps, as a worker's do after a short batch.
+					req.Shallow = rng.IntN(2) == 0
 					rs, err = claim.ClaimBatch(f.ctx, db, req, n)
 				}
 				if err != nil {
