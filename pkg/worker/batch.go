@@ -227,7 +227,8 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 		attribute.String("harvest.queue", queue),
 		attribute.Int("harvest.shard", w.cfg.Shard),
 		attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
-		attribute.Int("harvest.claim.want", n)))
+		attribute.Int("harvest.claim.want", n),
+		attribute.Bool("harvest.claim.shallow", req.Shallow)))
 	rs, err := claim.ClaimBatch(bctx, w.db, req, n)
 	bspan.SetAttributes(attribute.Int("harvest.claim.batch", len(rs)))
 	if err != nil {

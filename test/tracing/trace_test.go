@@ -207,6 +207,7 @@ func traceOneRun(t *testing.T, rec *tracetest.SpanRecorder, batch int) {
 		}
 		require.NotNil(t, batchSpan, "the linked batch span was recorded")
 		require.Equal(t, "harvest.claim_batch", batchSpan.Name())
+		require.Contains(t, attrs(batchSpan), attribute.Key("harvest.claim.shallow"), "the batch span says whether it took single steps first")
 		require.Positive(t, below, "no Postgres span below the batch span")
 	}
 
