@@ -107,8 +107,6 @@ func TestClaimAloneGivesTheHandlerItsRun(t *testing.T) {
 				left[tk.RunID] = time.Until(tk.Deadline)
 				return worker.Complete(json.RawMessage(`{}`)), nil
 			}
-			r := b.worker(workerOpts{DB: db, Config: mode.cfg,
-				Handlers: map[string]worker.HandlerFunc{"wf-a": handle, "wf-b": handle}})
 			for i := range 6 {
 				o := startOpts{Tenant: []string{"acme", "beta"}[i%2], Name: []string{"wf-a", "wf-b"}[i%3%2],
 					Key: fmt.Sprintf("k%d", i%3), MaxAttempts: 1 + i}
@@ -126,6 +124,11 @@ func TestClaimAloneGivesTheHandlerItsRun(t *testing.T) {
 			_, err := b.db.Exec(b.ctx, `SELECT harvest_run_finish(pk, 'cancelled', NULL, 'cancelled by test') FROM runs WHERE id = $1`,
 				cancelled.Run.ID)
 			require.NoError(t, err)
+			// The worker starts once the run is cancelled: a worker already
+			// running could claim the run's task between its start and the
+			// cancel (a claim that took rows claims again at once).
+			r := b.worker(workerOpts{DB: db, Config: mode.cfg,
+				Handlers: map[string]worker.HandlerFunc{"wf-a": handle, "wf-b": handle}})
 			b.wake("q")
 
 			outcomes := map[string]worker.Outcome{}
