@@ -213,11 +213,12 @@ func (w *Worker) claimBatch(ctx context.Context, rng *rand.Rand, n int) []*claim
 
 func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*claimed, error) {
 	// A queue whose last batch came back short likely holds a row or two:
-	// single claims take those for less than a bulk plan (claim.Request's
-	// Shallow). A full batch turns the hint off again.
+	// fair single claims take those for less than a bulk plan
+	// (claim.Request's Shallow; ordinary batches ignore it, so it is not
+	// sent with them). A full batch turns the hint off again.
 	shallow := w.shallow[queue]
 	req := claim.Request{Queue: queue, Worker: w.cfg.ID, Fair: w.cfg.FairnessKeys,
-		AgingSecs: w.cfg.PriorityAgingSecs, Lease: w.cfg.Lease, Shallow: shallow.Load()}
+		AgingSecs: w.cfg.PriorityAgingSecs, Lease: w.cfg.Lease, Shallow: w.cfg.FairnessKeys && shallow.Load()}
 	start := time.Now()
 	// The statement serves many runs, so it cannot sit in any one run's
 	// trace: it gets a span of the worker's own, which each task's claim

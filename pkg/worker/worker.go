@@ -129,7 +129,8 @@ type Worker struct {
 	hooks   Hooks
 	queues  []claim.QueueWeight
 	// shallow holds, per queue, whether the last batch claim of the queue
-	// came back short: the next one is then sent claim.Request.Shallow.
+	// came back short: the next one is then sent claim.Request.Shallow
+	// (fair batches only).
 	// Written by the claim loops; the map itself is fixed at New.
 	shallow map[string]*atomic.Bool
 
