@@ -47,7 +47,7 @@ func openShardSet(ctx context.Context, urls config.Shards, maxConns int32) (*sha
 			cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 		}
 		cfg.MaxConns = maxConns
-		p, err := pgpool.New(ctx, i, cfg)
+		p, err := pgpool.New(ctx, i, pgpool.AppCLI, cfg)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("shard %d (%s): %w", i, config.Redact(u), err)

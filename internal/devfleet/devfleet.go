@@ -459,7 +459,7 @@ func startWorker(ctx context.Context, undo *cleanups, log *slog.Logger, shardURL
 	}
 	telemetry.PoolConfig(pcfg)
 	pcfg.MaxConns = workerPoolSize
-	pool, err := pgpool.New(context.WithoutCancel(ctx), i, pcfg)
+	pool, err := pgpool.New(context.WithoutCancel(ctx), i, pgpool.AppWorker, pcfg)
 	if err != nil {
 		return fmt.Errorf("dev: worker %d: %w", i, err)
 	}

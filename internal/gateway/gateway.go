@@ -166,7 +166,7 @@ func New(opts Options) (*Gateway, error) {
 		}
 		telemetry.PoolConfig(pc)
 		// pgpool: the shard's pools follow a change of its primary.
-		pool, err := pgpool.New(context.Background(), i, pc)
+		pool, err := pgpool.New(context.Background(), i, pgpool.AppGateway, pc)
 		if err != nil {
 			g.closePools()
 			return nil, fmt.Errorf("gateway: shard %d (%s): %w", i, config.Redact(raw), err)
@@ -174,7 +174,7 @@ func New(opts Options) (*Gateway, error) {
 		g.shards = append(g.shards, pool)
 		lc := pc.Copy()
 		lc.MaxConns, lc.MinConns = leasePoolSize, 0
-		lp, err := pgpool.New(context.Background(), i, lc)
+		lp, err := pgpool.New(context.Background(), i, pgpool.AppGateway, lc)
 		if err != nil {
 			g.closePools()
 			return nil, fmt.Errorf("gateway: shard %d (%s): %w", i, config.Redact(raw), err)

@@ -495,7 +495,7 @@ const readyPing = 2 * time.Second
 func probePoolOf(shard int, pc *pgxpool.Config) (*pgxpool.Pool, error) {
 	c := pc.Copy()
 	c.MaxConns, c.MinConns = 1, 0
-	return pgpool.New(context.Background(), shard, c)
+	return pgpool.New(context.Background(), shard, pgpool.AppGateway, c)
 }
 
 // readiness keeps the last ping of each shard.

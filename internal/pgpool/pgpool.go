@@ -22,6 +22,13 @@ import (
 
 const instrumentation = "github.com/harvest-run/harvest/internal/pgpool"
 
+// The application names of the binaries' pools (see New).
+const (
+	AppGateway = "harvest-gateway"
+	AppWorker  = "harvest-worker"
+	AppCLI     = "harvest"
+)
+
 // generationKey is where a connection keeps, in its pgconn custom data,
 // the pool generation it was opened in.
 const generationKey = "harvest/pgpool.generation"
@@ -43,10 +50,16 @@ const generationKey = "harvest/pgpool.generation"
 //     connections opened instead go through target_session_attrs again.
 //     harvest.pgx.pool.resets counts these resets.
 //
-// shard labels the metric. Every pool a Harvest binary keeps on a shard is
-// opened here.
-func New(ctx context.Context, shard int, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+// shard labels the metric. app names the pool's connections to the server
+// (application_name: pg_stat_activity, the server's log and its CPU per
+// backend tell a gateway's work from a worker's by it) unless the
+// connection string or PGAPPNAME named them already; "" leaves them
+// unnamed. Every pool a Harvest binary keeps on a shard is opened here.
+func New(ctx context.Context, shard int, app string, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	cfg = cfg.Copy()
+	if _, named := cfg.ConnConfig.RuntimeParams["application_name"]; !named && app != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = app
+	}
 	f := &failover{}
 	if c, err := otel.Meter(instrumentation).Int64Counter("harvest.pgx.pool.resets",
 		metric.WithDescription("Times a pool retired every connection it had because one of them found its server read-only or shutting down (SQLSTATE 25006, 57P01-57P03): a failover or switchover of the shard's primary, or a backend terminated by hand."),

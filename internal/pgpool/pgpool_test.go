@@ -55,7 +55,7 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	cfg.MaxConns = 3
 	shard := int(shards.Add(1))
-	pool, err := pgpool.New(ctx, shard, cfg)
+	pool, err := pgpool.New(ctx, shard, "", cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	admin, err := pgx.Connect(ctx, dbURL)
@@ -189,7 +189,7 @@ func TestNewAsksForAWritableServer(t *testing.T) {
 	u.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(u.String())
 	require.NoError(t, err)
-	anyPool, err := pgpool.New(b.ctx, int(shards.Add(1)), cfg)
+	anyPool, err := pgpool.New(b.ctx, int(shards.Add(1)), "", cfg)
 	require.NoError(t, err)
 	defer anyPool.Close()
 	_, err = anyPool.Exec(b.ctx, "SELECT 1")
@@ -238,7 +238,7 @@ func TestPingFailsOnAReadOnlyServer(t *testing.T) {
 	u.RawQuery = q.Encode()
 	cfg, err := pgxpool.ParseConfig(u.String())
 	require.NoError(t, err)
-	pool, err := pgpool.New(b.ctx, b.shard, cfg)
+	pool, err := pgpool.New(b.ctx, b.shard, "", cfg)
 	require.NoError(t, err)
 	defer pool.Close()
 	c, err := pool.Acquire(b.ctx)
@@ -272,4 +272,32 @@ func TestConnectClosesOnReadOnly(t *testing.T) {
 	_, err = conn.Exec(b.ctx, "CREATE TABLE t (i int)")
 	require.Equal(t, dberr.CodeReadOnly, dberr.Code(err), "%v", err)
 	require.True(t, conn.IsClosed())
+}
+
+// A pool's connections carry the application name it was opened with, so
+// that the server's views tell a gateway's work from a worker's; a name the
+// connection string gives is kept, and none is set for "".
+func TestNewNamesTheConnections(t *testing.T) {
+	b := setup(t)
+	named, err := url.Parse(b.url)
+	require.NoError(t, err)
+	q := named.Query()
+	q.Set("application_name", "mine")
+	named.RawQuery = q.Encode()
+	for _, c := range []struct{ url, app, want string }{
+		{b.url, pgpool.AppWorker, "harvest-worker"},
+		{b.url, pgpool.AppGateway, "harvest-gateway"},
+		{named.String(), pgpool.AppWorker, "mine"},
+		{b.url, "", ""},
+	} {
+		cfg, err := pgxpool.ParseConfig(c.url)
+		require.NoError(t, err)
+		pool, err := pgpool.New(b.ctx, b.shard, c.app, cfg)
+		require.NoError(t, err)
+		var got string
+		err = pool.QueryRow(b.ctx, `SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()`).Scan(&got)
+		pool.Close()
+		require.NoError(t, err)
+		require.Equal(t, c.want, got, "app %q, url %s", c.app, c.url)
+	}
 }

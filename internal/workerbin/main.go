@@ -177,7 +177,7 @@ func connect(ctx context.Context, cfg Config) (*pgxpool.Pool, error) {
 	}
 	pcfg.MaxConns = max(pcfg.MaxConns, int32(conns))
 	// pgpool: the pool follows a change of the shard's primary.
-	pool, err := pgpool.New(ctx, cfg.Shard, pcfg)
+	pool, err := pgpool.New(ctx, cfg.Shard, pgpool.AppWorker, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("shard %d (%s): %w", cfg.Shard, config.Redact(url), err)
 	}

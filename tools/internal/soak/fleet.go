@@ -225,7 +225,7 @@ func Start(ctx context.Context, opts Options) (f *Fleet, err error) {
 		pc.MaxConns = 3
 		// As the binaries' pools do, the harness's follows the shard's
 		// primary when a URL names several hosts.
-		pool, err := pgpool.New(ctx, i, pc)
+		pool, err := pgpool.New(ctx, i, "", pc)
 		if err != nil {
 			return f, err
 		}
