@@ -3,6 +3,7 @@ package soak
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -10,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/harvest-run/harvest/internal/pgrow"
@@ -26,7 +26,10 @@ type dbSample struct {
 	// serverCPU that of every postgres process on this machine. Both are
 	// meaningful only when local.
 	backendCPU, serverCPU time.Duration
-	local                 bool
+	// byApp is backendCPU by the backends' application_name (the
+	// binaries name their pools: harvest-gateway, harvest-worker).
+	byApp map[string]time.Duration
+	local bool
 	// wal is the server's WAL position in bytes (every database's WAL);
 	// checkpoints the server's checkpoints so far (after each, the first
 	// change to a page writes the whole page to the WAL).
@@ -38,8 +41,9 @@ type dbSample struct {
 	others  map[uint32]int64
 	// statements are what the gateways and workers sent through the
 	// fleet's proxies; uncounted the connections the proxies could not
-	// read (TLS).
+	// read (TLS); kinds the statements by kind.
 	statements, uncounted int64
+	kinds                 [numKinds]int64
 	err                   error
 }
 
@@ -47,10 +51,12 @@ type dbSample struct {
 type dbDelta struct {
 	el                    time.Duration
 	backendCPU, serverCPU time.Duration
+	byApp                 map[string]time.Duration
 	local                 bool
 	wal, checkpoints      int64
 	commits, others       int64
 	statements, uncounted int64
+	kinds                 [numKinds]int64
 	err                   error
 }
 
@@ -62,6 +68,13 @@ func (b dbSample) to(a dbSample) dbDelta {
 	// (its commits after b cannot be read any more).
 	for db, n := range a.others {
 		d.others += n - b.others[db]
+	}
+	for i := range d.kinds {
+		d.kinds[i] = a.kinds[i] - b.kinds[i]
+	}
+	d.byApp = make(map[string]time.Duration, len(a.byApp))
+	for app, t := range a.byApp {
+		d.byApp[app] = t - b.byApp[app]
 	}
 	if d.err == nil {
 		d.err = b.err
@@ -79,9 +92,10 @@ type dbSampler struct {
 	dbs   []string
 	local bool
 
-	mu   sync.Mutex
-	last map[int]time.Duration // backend pid -> CPU at the last reading
-	acc  time.Duration
+	mu    sync.Mutex
+	last  map[int]time.Duration // backend pid -> CPU at the last reading
+	acc   time.Duration
+	byApp map[string]time.Duration // acc by application_name
 
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -102,7 +116,7 @@ func newDBSampler(ctx context.Context, f *Fleet, serverURL string) (*dbSampler, 
 	if err != nil {
 		return nil, fmt.Errorf("soak: connect to the server: %w", err)
 	}
-	s := &dbSampler{f: f, pool: pool, last: map[int]time.Duration{}, done: make(chan struct{})}
+	s := &dbSampler{f: f, pool: pool, last: map[int]time.Duration{}, byApp: map[string]time.Duration{}, done: make(chan struct{})}
 	for _, u := range f.ShardURLs() {
 		pu, err := url.Parse(u)
 		if err != nil {
@@ -164,23 +178,28 @@ func (s *dbSampler) readBackends(ctx context.Context, count bool) {
 	if !s.local {
 		return
 	}
-	rows, err := s.pool.Query(ctx, `SELECT pid FROM pg_stat_activity
-		WHERE datname = ANY($1) AND coalesce(application_name, '') <> $2`, s.dbs, AppName)
+	type backend struct {
+		PID int    `db:"pid"`
+		App string `db:"app"`
+	}
+	backends, err := pgrow.All[backend](ctx, s.pool, `SELECT pid, coalesce(application_name, '') AS app
+		FROM pg_stat_activity WHERE datname = ANY($1) AND coalesce(application_name, '') <> $2`, s.dbs, AppName)
 	if err != nil {
 		return
 	}
-	pids, _ := pgx.CollectRows(rows, pgx.RowTo[int])
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := make(map[int]time.Duration, len(pids))
-	for _, pid := range pids {
-		t := child.CPU(pid)
+	now := make(map[int]time.Duration, len(backends))
+	for _, b := range backends {
+		t := child.CPU(b.PID)
 		if t <= 0 {
 			continue
 		}
-		now[pid] = t
+		now[b.PID] = t
 		if count {
-			s.acc += max(0, t-s.last[pid])
+			d := max(0, t-s.last[b.PID])
+			s.acc += d
+			s.byApp[b.App] += d
 		}
 	}
 	s.last = now
@@ -192,6 +211,7 @@ func (s *dbSampler) sample(ctx context.Context) dbSample {
 	out := dbSample{at: time.Now(), local: s.local}
 	s.mu.Lock()
 	out.backendCPU = s.acc
+	out.byApp = maps.Clone(s.byApp)
 	s.mu.Unlock()
 	if s.local {
 		out.serverCPU = child.PostgresCPU()
@@ -225,6 +245,9 @@ func (s *dbSampler) sample(ctx context.Context) dbSample {
 		n, u := p.Statements()
 		out.statements += n
 		out.uncounted += u
+		for i, k := range p.Kinds() {
+			out.kinds[i] += k
+		}
 	}
 	return out
 }

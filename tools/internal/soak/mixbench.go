@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/harvest-run/harvest/internal/pgpool"
 )
 
 // Defaults of MixOptions: the ramp of issue 35's report.
@@ -205,6 +207,8 @@ ramp:
 	fmt.Fprintf(out, "\nload average at the end: %s\n\n", loadAverage())
 	fmt.Fprint(out, mixTable(done))
 	fmt.Fprint(out, mixLegend)
+	fmt.Fprint(out, "\n"+workTable(done))
+	fmt.Fprint(out, workLegend)
 	fmt.Fprintln(out, "\nCPU by step (the processes' /proc times; postgres is every postgres process of the machine):")
 	for i, l := range cpuSteps {
 		fmt.Fprintf(out, "  step %d: %s\n", i+1, l)
@@ -270,6 +274,53 @@ statements: Execute and simple Query messages the gateways and workers sent to t
   counted at the fleet's proxies (a default server has no pg_stat_statements); a statement that
   calls a function counts once.
 `
+
+// workLegend says what each column of workTable measures.
+const workLegend = `
+Where the database's work goes, by step. db CPU by client: the shard backends' CPU per run (as
+  above) by the application_name of their connections: the gateways' pools (harvest-gateway:
+  starts, cancels, reads), the workers' (harvest-worker: claims, outcomes, heartbeats, the
+  janitor), and the rest (the harness's vacuum, anything unnamed).
+statements per 100 runs, by kind, as the proxies read them from the SQL each executes: claim
+  statements (and the tasks each took on average: the step's claims over its claim statements),
+  outcome statements (completions, continuations, failures and releases of a batch), start
+  groups (and the starts acknowledged per group), heartbeat statements; BEGIN and COMMIT and the
+  WAL flush that follows a claim or a start group are not in these columns.
+`
+
+// workTable is, per step, the shard backends' CPU per run by client and
+// the claim, outcome, start and heartbeat statements per 100 runs.
+func workTable(steps []mixStep) string {
+	var b strings.Builder
+	b.WriteString("| starts/s asked | db CPU ms/run: gateways / workers / other | claim statements per 100 runs (tasks each) | outcome statements per 100 runs | start groups per 100 runs (starts each) | heartbeats per 100 runs |\n")
+	b.WriteString("| --- | --- | --- | --- | --- | --- |\n")
+	for _, s := range steps {
+		d := s.db
+		if d.err != nil || s.runs <= 0 {
+			fmt.Fprintf(&b, "| %.0f | - | - | - | - | - |\n", s.rate)
+			continue
+		}
+		ms := func(t time.Duration) float64 { return float64(t) / float64(time.Millisecond) / float64(s.runs) }
+		cpu := "n/a"
+		if d.local {
+			gw, wk := d.byApp[pgpool.AppGateway], d.byApp[pgpool.AppWorker]
+			cpu = fmt.Sprintf("%.2f / %.2f / %.2f", ms(gw), ms(wk), ms(max(0, d.backendCPU-gw-wk)))
+		}
+		per100 := func(n int64) float64 { return 100 * float64(n) / float64(s.runs) }
+		each := func(n float64, stmts int64) string {
+			if stmts <= 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.1f", n/float64(stmts))
+		}
+		fmt.Fprintf(&b, "| %.0f | %s | %.1f (%s) | %.1f | %.1f (%s) | %.1f |\n", s.rate, cpu,
+			per100(d.kinds[kindClaim]), each(s.claimsAll*d.el.Seconds(), d.kinds[kindClaim]),
+			per100(d.kinds[kindOutcome]),
+			per100(d.kinds[kindStart]), each(float64(s.runs), d.kinds[kindStart]),
+			per100(d.kinds[kindHeartbeat]))
+	}
+	return b.String()
+}
 
 // mixTable is the steps as a Markdown table, per run figures divided by
 // the starts acknowledged in the step.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,8 +29,53 @@ type Proxy struct {
 	Cut      int64 // connections closed by Cut (under mu)
 
 	// statements counts the statements clients sent through the proxy,
-	// uncounted the connections whose stream could not be read (TLS).
+	// uncounted the connections whose stream could not be read (TLS);
+	// kinds counts them again by what they do (stmtKind).
 	statements, uncounted atomic.Int64
+	kinds                 [numKinds]atomic.Int64
+}
+
+// stmtKind is what a statement does, read from the SQL it executes: the
+// mix's report counts the claim, outcome and start statements per run.
+type stmtKind int
+
+const (
+	kindOther stmtKind = iota
+	kindClaim
+	kindOutcome
+	kindStart
+	kindHeartbeat
+	kindTx       // BEGIN, COMMIT, ROLLBACK
+	kindWALFlush // the wait for a claim's or a start group's WAL flush
+	numKinds
+)
+
+// kindMarks are the markers of each kind in a statement's text, first
+// match wins (the WAL flush statements name no Harvest function).
+var kindMarks = []struct {
+	mark string
+	kind stmtKind
+}{
+	{"harvest_claim_batch(", kindClaim},
+	{"harvest_claim(", kindClaim},
+	{"harvest_outcome_batch(", kindOutcome},
+	{"harvest_start_group(", kindStart},
+	{"harvest_heartbeat", kindHeartbeat},
+	{"pg_logical_emit_message", kindWALFlush},
+}
+
+// kindOf classifies a statement's text.
+func kindOf(sql string) stmtKind {
+	for _, m := range kindMarks {
+		if strings.Contains(sql, m.mark) {
+			return m.kind
+		}
+	}
+	switch strings.ToUpper(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(sql), ";"))) {
+	case "BEGIN", "COMMIT", "ROLLBACK":
+		return kindTx
+	}
+	return kindOther
 }
 
 // NewProxy listens on a free port of 127.0.0.1 and forwards to target
@@ -179,7 +225,7 @@ func (p *Proxy) forward(client net.Conn) {
 		_ = dst.Close()
 		_ = src.Close()
 	}
-	count := &statementCounter{statements: &p.statements, uncounted: &p.uncounted, startup: true}
+	count := &statementCounter{statements: &p.statements, uncounted: &p.uncounted, kinds: &p.kinds, startup: true}
 	go pipe(server, client, count)
 	pipe(client, server, nil)
 	once.Wait()
@@ -191,6 +237,15 @@ func (p *Proxy) forward(client net.Conn) {
 // the first figure).
 func (p *Proxy) Statements() (statements, uncounted int64) {
 	return p.statements.Load(), p.uncounted.Load()
+}
+
+// Kinds returns the statements counted so far by kind.
+func (p *Proxy) Kinds() [numKinds]int64 {
+	var out [numKinds]int64
+	for i := range out {
+		out[i] = p.kinds[i].Load()
+	}
+	return out
 }
 
 // Frontend protocol codes of the untyped messages that may open a
@@ -206,26 +261,47 @@ const (
 
 // statementCounter reads the client's side of one Postgres connection as
 // it passes and counts its statements: each Execute ('E') of the extended
-// protocol and each simple Query ('Q'). It keeps only the message framing
-// (a type byte and a length), so it costs a few comparisons per message.
-// A stream it cannot frame (TLS after an SSLRequest the server accepted)
-// stops the count for that connection and is reported as uncounted.
+// protocol and each simple Query ('Q'). It keeps the message framing (a
+// type byte and a length) and, to tell the statements' kinds (kinds, when
+// set), the text of each Parse and simple Query and the start of each Bind
+// (the statement it binds): an Execute is of the kind of the statement its
+// Bind named. A stream it cannot frame (TLS after an SSLRequest the server
+// accepted) stops the count for that connection and is reported as
+// uncounted.
 type statementCounter struct {
 	statements, uncounted *atomic.Int64
+	kinds                 *[numKinds]atomic.Int64
 
 	startup bool    // the next message is untyped (no type byte)
 	hdr     [8]byte // the header read so far: type and length, or length and code
 	hdrN    int
 	need    int // bytes of the current message's body still to skip
 	off     bool
+
+	typ      byte                // the type of the message whose body is read
+	body     []byte              // its body so far (at most maxKeep bytes), when kept
+	keep     bool                // whether the body is kept
+	prepared map[string]stmtKind // statement name -> kind, from its Parse
+	bound    stmtKind            // the kind the last Bind named
 }
+
+// maxKeep is the most of a message's body the counter keeps: every
+// statement's text the mix sends fits, and a Bind's statement name comes
+// first, before its (possibly large) parameters.
+const maxKeep = 16 << 10
 
 func (c *statementCounter) feed(b []byte) {
 	for len(b) > 0 && !c.off {
 		if c.need > 0 {
 			k := min(c.need, len(b))
+			if c.keep && len(c.body) < maxKeep {
+				c.body = append(c.body, b[:min(k, maxKeep-len(c.body))]...)
+			}
 			c.need -= k
 			b = b[k:]
+			if c.need == 0 && c.keep {
+				c.kept()
+			}
 			continue
 		}
 		// An untyped message starts with its length and a code, a typed
@@ -261,9 +337,46 @@ func (c *statementCounter) feed(b []byte) {
 			return
 		}
 		c.need = n - 4
-		if t := c.hdr[0]; t == 'E' || t == 'Q' {
+		t := c.hdr[0]
+		if t == 'E' || t == 'Q' {
 			c.statements.Add(1)
 		}
+		if c.kinds == nil {
+			continue
+		}
+		if t == 'E' {
+			c.kinds[c.bound].Add(1)
+		}
+		if t == 'P' || t == 'B' || t == 'Q' {
+			c.typ, c.body, c.keep = t, c.body[:0], true
+			if c.need == 0 {
+				c.kept()
+			}
+		}
+	}
+}
+
+// kept reads a kept Parse, Bind or simple Query body. Each is a run of
+// NUL-terminated strings first: Parse its statement's name and text, Bind
+// its portal's and statement's names, Query its text.
+func (c *statementCounter) kept() {
+	c.keep = false
+	f := strings.SplitN(string(c.body), "\x00", 3)
+	switch c.typ {
+	case 'P':
+		if len(f) >= 2 {
+			if c.prepared == nil {
+				c.prepared = map[string]stmtKind{}
+			}
+			c.prepared[f[0]] = kindOf(f[1])
+		}
+	case 'B':
+		c.bound = kindOther
+		if len(f) >= 2 {
+			c.bound = c.prepared[f[1]]
+		}
+	case 'Q':
+		c.kinds[kindOf(f[0])].Add(1)
 	}
 }
 

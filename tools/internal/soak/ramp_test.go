@@ -128,6 +128,67 @@ func TestStatementCounter(t *testing.T) {
 	require.Equal(t, int64(1), u.Load())
 }
 
+// The proxy tells the statements' kinds from their SQL: an Execute is of
+// the kind of the statement its Bind named, whatever the reads cut, and a
+// simple Query of its own text.
+func TestStatementCounterKinds(t *testing.T) {
+	t.Parallel()
+	var stream []byte
+	stream = append(stream, pgUntyped(pgProtocol3, "user\x00postgres\x00\x00")...)
+	stream = append(stream, pgMessage('P', "c\x00SELECT * FROM harvest_claim_batch($1)\x00\x00\x00")...)
+	stream = append(stream, pgMessage('P', "o\x00SELECT * FROM harvest_outcome_batch($1)\x00\x00\x00")...)
+	stream = append(stream, pgMessage('P', "\x00SELECT pg_logical_emit_message(true, 'x', '')\x00\x00\x00")...)
+	bind := func(name string) {
+		// A long parameter after the names: only the names are read.
+		stream = append(stream, pgMessage('B', "\x00"+name+"\x00"+strings.Repeat("x", 40000))...)
+		stream = append(stream, pgMessage('E', "\x00\x00\x00\x00\x00")...)
+	}
+	bind("c")
+	bind("o")
+	bind("o")
+	bind("")
+	bind("unknown")
+	stream = append(stream, pgMessage('Q', "BEGIN\x00")...)
+	stream = append(stream, pgMessage('Q', "SELECT harvest_start_group()\x00")...)
+	stream = append(stream, pgMessage('Q', "commit;\x00")...)
+
+	for _, chunk := range []int{len(stream), 1, 5, 4096} {
+		var n, u atomic.Int64
+		var kinds [numKinds]atomic.Int64
+		c := &statementCounter{statements: &n, uncounted: &u, kinds: &kinds, startup: true}
+		for b := stream; len(b) > 0; {
+			k := min(chunk, len(b))
+			c.feed(b[:k])
+			b = b[k:]
+		}
+		require.Equal(t, int64(8), n.Load(), "reads of %d bytes", chunk)
+		got := map[stmtKind]int64{}
+		for k := range kinds {
+			if v := kinds[k].Load(); v > 0 {
+				got[stmtKind(k)] = v
+			}
+		}
+		require.Equal(t, map[stmtKind]int64{kindClaim: 1, kindOutcome: 2, kindWALFlush: 1, kindOther: 1, kindTx: 2, kindStart: 1},
+			got, "reads of %d bytes", chunk)
+	}
+}
+
+// The second table of the mix splits the shard backends' CPU per run by
+// the binaries' application names and counts the statements by kind.
+func TestWorkTable(t *testing.T) {
+	t.Parallel()
+	db := dbDelta{el: 10 * time.Second, local: true, backendCPU: 3 * time.Second,
+		byApp: map[string]time.Duration{"harvest-gateway": time.Second, "harvest-worker": 1500 * time.Millisecond}}
+	db.kinds[kindClaim], db.kinds[kindOutcome], db.kinds[kindStart], db.kinds[kindHeartbeat] = 100, 250, 125, 10
+	step := mixStep{rampStep: rampStep{rate: 100}, claimsAll: 150, runs: 1000, db: db}
+	none := step
+	none.rate, none.runs = 200, 0
+	lines := strings.Split(strings.TrimSpace(workTable([]mixStep{step, none})), "\n")
+	require.Len(t, lines, 4)
+	require.Equal(t, "| 100 | 1.00 / 1.50 / 0.50 | 10.0 (15.0) | 25.0 | 12.5 (8.0) | 1.0 |", lines[2])
+	require.Equal(t, "| 200 | - | - | - | - | - |", lines[3])
+}
+
 // Every variable the fleet sets is one the gateway or the worker reads (a
 // misspelt one would be ignored, and the process would run on a default
 // the report does not show), and a fleet on the shipped defaults sets
