@@ -231,12 +231,7 @@ func TestReadOnlyReportRetiresIdleConnections(t *testing.T) {
 // sessions otherwise, which isolates Ping's own check here.)
 func TestPingFailsOnAReadOnlyServer(t *testing.T) {
 	b := setup(t)
-	u, err := url.Parse(b.url)
-	require.NoError(t, err)
-	q := u.Query()
-	q.Set("target_session_attrs", "any")
-	u.RawQuery = q.Encode()
-	cfg, err := pgxpool.ParseConfig(u.String())
+	cfg, err := pgxpool.ParseConfig(withParam(t, b.url, "target_session_attrs", "any"))
 	require.NoError(t, err)
 	pool, err := pgpool.New(b.ctx, b.shard, "", cfg)
 	require.NoError(t, err)
@@ -279,15 +274,10 @@ func TestConnectClosesOnReadOnly(t *testing.T) {
 // connection string gives is kept, and none is set for "".
 func TestNewNamesTheConnections(t *testing.T) {
 	b := setup(t)
-	named, err := url.Parse(b.url)
-	require.NoError(t, err)
-	q := named.Query()
-	q.Set("application_name", "mine")
-	named.RawQuery = q.Encode()
 	for _, c := range []struct{ url, app, want string }{
 		{b.url, pgpool.AppWorker, "harvest-worker"},
 		{b.url, pgpool.AppGateway, "harvest-gateway"},
-		{named.String(), pgpool.AppWorker, "mine"},
+		{withParam(t, b.url, "application_name", "mine"), pgpool.AppWorker, "mine"},
 		{b.url, "", ""},
 	} {
 		cfg, err := pgxpool.ParseConfig(c.url)
@@ -300,4 +290,15 @@ func TestNewNamesTheConnections(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, c.want, got, "app %q, url %s", c.app, c.url)
 	}
+}
+
+// withParam is rawURL with the query parameter key set to value.
+func withParam(t *testing.T, rawURL, key, value string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
 }
