@@ -285,17 +285,22 @@ type statementCounter struct {
 	bound    stmtKind            // the kind the last Bind named
 }
 
-// maxKeep is the most of a message's body the counter keeps: every
-// statement's text the mix sends fits, and a Bind's statement name comes
-// first, before its (possibly large) parameters.
-const maxKeep = 16 << 10
+// maxKeep is the most of a Parse's or a Query's body the counter keeps
+// (every statement's text the mix sends fits), maxKeepBind of a Bind's:
+// its portal's and statement's names come first, before its parameters
+// (a start group's arrays run to kilobytes), and pgx names a statement
+// in under 50 bytes.
+const (
+	maxKeep     = 16 << 10
+	maxKeepBind = 256
+)
 
 func (c *statementCounter) feed(b []byte) {
 	for len(b) > 0 && !c.off {
 		if c.need > 0 {
 			k := min(c.need, len(b))
-			if c.keep && len(c.body) < maxKeep {
-				c.body = append(c.body, b[:min(k, maxKeep-len(c.body))]...)
+			if limit := c.keepLimit(); c.keep && len(c.body) < limit {
+				c.body = append(c.body, b[:min(k, limit-len(c.body))]...)
 			}
 			c.need -= k
 			b = b[k:]
@@ -354,6 +359,14 @@ func (c *statementCounter) feed(b []byte) {
 			}
 		}
 	}
+}
+
+// keepLimit is how much of the current message's body is kept.
+func (c *statementCounter) keepLimit() int {
+	if c.typ == 'B' {
+		return maxKeepBind
+	}
+	return maxKeep
 }
 
 // kept reads a kept Parse, Bind or simple Query body. Each is a run of
