@@ -20,7 +20,11 @@
 //
 // NewDB, NewDBURL and NewEmptyDBURL each create a database with a random
 // name that is dropped when the test ends, so tests never see each other's
-// data or what an earlier run left behind.
+// data or what an earlier run left behind. The name carries the test
+// process's id: a process killed before its cleanups ran (a fuzzing worker
+// the engine stopped, a binary killed at its timeout) leaves its databases
+// behind, and the next test process to make its migrated template drops
+// those of processes that are gone.
 //
 // # NATS
 //

@@ -263,7 +263,7 @@ func NewEmptyDBURL(t testing.TB) string {
 func NewDBCollatedURL(t testing.TB, icuLocale string) string {
 	t.Helper()
 	adminURL := ServerURL(t)
-	name := RandomName("harvest_test_icu_")
+	name := RandomName(fmt.Sprintf("%s%d_", icuDBPrefix, os.Getpid()))
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	err := adminExec(ctx, adminURL, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+
@@ -300,7 +300,7 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // t.Cleanup and returns its URL.
 func newDB(t testing.TB, adminURL string, migrate bool) string {
 	t.Helper()
-	name := RandomName("harvest_test_")
+	name := RandomName(fmt.Sprintf("%s%d_", testDBPrefix, os.Getpid()))
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 
@@ -336,9 +336,16 @@ var templates struct {
 	byURL map[string]string
 }
 
-// templatePrefix starts the name of every template; the process id follows,
-// so a template left by a killed process can be told from a live one's.
-const templatePrefix = "harvest_tmpl_"
+// templatePrefix starts the name of every template, testDBPrefix and
+// icuDBPrefix that of every test database; the process id follows, so a
+// database left by a killed process (a fuzzing worker the engine stopped,
+// a test binary killed at its timeout: neither runs its cleanups) can be
+// told from a live one's.
+const (
+	templatePrefix = "harvest_tmpl_"
+	testDBPrefix   = "harvest_test_"
+	icuDBPrefix    = "harvest_test_icu_"
+)
 
 // migratedTemplate returns the process's migrated template database,
 // making it on the first call: created from template0, migrated, then
@@ -349,7 +356,7 @@ func migratedTemplate(ctx context.Context, adminURL string) (string, error) {
 	if name, ok := templates.byURL[adminURL]; ok {
 		return name, nil
 	}
-	dropStaleTemplates(ctx, adminURL)
+	dropStale(ctx, adminURL)
 	name := RandomName(fmt.Sprintf("%s%d_", templatePrefix, os.Getpid()))
 	quoted := pgx.Identifier{name}.Sanitize()
 	if err := adminExec(ctx, adminURL, "CREATE DATABASE "+quoted+" TEMPLATE template0"); err != nil {
@@ -391,15 +398,18 @@ func dropTemplate() error {
 	return errors.Join(errs...)
 }
 
-// dropStaleTemplates drops the templates of processes that are gone (a
-// test binary killed before its Main could drop its own). Best effort: a
-// failure leaves them for the next process.
-func dropStaleTemplates(ctx context.Context, adminURL string) {
+// dropStale drops the templates and test databases of processes that are
+// gone (killed before their cleanups or their Main could drop them), once
+// per process and server, when the process makes its template. Names of
+// another form (an older scheme without the process id) are left alone.
+// Best effort: a failure leaves them for the next process.
+func dropStale(ctx context.Context, adminURL string) {
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return
 	}
-	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE $1`, templatePrefix+"%")
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE ANY ($1)`,
+		[]string{templatePrefix + "%", testDBPrefix + "%"})
 	var names []string
 	if err == nil {
 		names, err = pgx.CollectRows(rows, pgx.RowTo[string])
@@ -409,15 +419,24 @@ func dropStaleTemplates(ctx context.Context, adminURL string) {
 		return
 	}
 	for _, n := range names {
-		pid, _, ok := strings.Cut(strings.TrimPrefix(n, templatePrefix), "_")
-		p, perr := strconv.Atoi(pid)
-		if !ok || perr != nil || p == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(p, 0); errors.Is(err, syscall.ESRCH) {
-			_ = dropDatabase(ctx, adminURL, n, true)
+		if p, ok := creator(n); ok && p != os.Getpid() {
+			if err := syscall.Kill(p, 0); errors.Is(err, syscall.ESRCH) {
+				_ = dropDatabase(ctx, adminURL, n, true)
+			}
 		}
 	}
+}
+
+// creator is the process id in a template's or test database's name.
+func creator(name string) (int, bool) {
+	for _, prefix := range []string{icuDBPrefix, templatePrefix, testDBPrefix} {
+		if rest, ok := strings.CutPrefix(name, prefix); ok {
+			pid, _, ok := strings.Cut(rest, "_")
+			p, err := strconv.Atoi(pid)
+			return p, ok && err == nil && p > 0
+		}
+	}
+	return 0, false
 }
 
 func dropDB(ctx context.Context, adminURL, name string) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -225,4 +226,37 @@ func TestNATSURLExternal(t *testing.T) {
 	url := NATSURL(t)
 	require.Equal(t, ext, url)
 	natsRoundTrip(t, url)
+}
+
+// A template or test database whose process is gone (a fuzzing worker or
+// a test binary killed before its cleanups ran) is dropped by the next
+// process that makes its template; one of a live process, and a name of
+// the older form without a process id, are kept.
+func TestStaleDatabasesOfGoneProcessesAreDropped(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	adminURL := ServerURL(t)
+	ended := exec.Command("true")
+	require.NoError(t, ended.Run())
+	gone := ended.Process.Pid
+	stale := []string{
+		RandomName(fmt.Sprintf("%s%d_", templatePrefix, gone)),
+		RandomName(fmt.Sprintf("%s%d_", testDBPrefix, gone)),
+		RandomName(fmt.Sprintf("%s%d_", icuDBPrefix, gone)),
+	}
+	kept := []string{
+		RandomName(fmt.Sprintf("%s%d_", testDBPrefix, os.Getpid())),
+		RandomName(testDBPrefix),
+	}
+	for _, n := range append(append([]string{}, stale...), kept...) {
+		require.NoError(t, adminExec(ctx, adminURL, "CREATE DATABASE "+pgx.Identifier{n}.Sanitize()+" TEMPLATE template0"))
+		t.Cleanup(func() { _ = dropDB(context.Background(), adminURL, n) })
+	}
+	dropStale(ctx, adminURL)
+	for _, n := range stale {
+		require.False(t, databaseExists(t, adminURL, n), "%s survived", n)
+	}
+	for _, n := range kept {
+		require.True(t, databaseExists(t, adminURL, n), "%s was dropped", n)
+	}
 }
