@@ -289,7 +289,7 @@ type statementCounter struct {
 // (every statement's text the mix sends fits), maxKeepBind of a Bind's:
 // its portal's and statement's names come first, before its parameters
 // (a start group's arrays run to kilobytes), and pgx names a statement
-// in under 50 bytes.
+// in under 60 bytes.
 const (
 	maxKeep     = 16 << 10
 	maxKeepBind = 256
