@@ -195,13 +195,19 @@ func (im *interleaveMachine) interleaved(t *rapid.T) {
 	if rapid.Bool().Draw(t, "second claim") {
 		mreq2, sreq2 := im.request(t)
 		if im.open != nil && sreq2.Queue == sreq1.Queue &&
-			(promotes || len(got1.Refused) > 0) {
+			(promotes || len(got1.Refused) > 0 || (!sreq2.Fair && got1.OK && got1.Task.QuotaKey != "")) {
 			// Rows the open claim promoted are pending only once it commits,
 			// and rows its rechecks gave back stay locked until then, which
 			// an ordinary claim skips, and so does a fair claim's pick of the
 			// rows pinned to its worker (a pin is a preference, not worth a
 			// wait): the second claim would not see them, which no sequence
-			// of single claims gives. Let the first claim commit first.
+			// of single claims gives. And the open claim holds the quota row
+			// of the row it took until it commits: an ordinary claim that
+			// meets that quota key after a later one (out of the quota rows'
+			// lock order) does not wait for it but ends there, as if no row
+			// were left ('busy', harvest_quota_recheck), which no sequence
+			// of single claims gives either. Let the first claim commit
+			// first.
 			require.NoError(t, im.open.Commit(b.ctx))
 			im.open = nil
 		}
