@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -715,12 +717,30 @@ func cleanEnv() []string {
 	return out
 }
 
+// freeLocalAddr is a free address of 127.0.0.1 for a server the test
+// starts later, on a port below the kernel's range for port-0 listeners:
+// a port that range gave out could go, before the server binds it, to
+// another test's port-0 listener (CI saw a worker join another test's
+// NATS server there, on the port of a node not yet started).
 func freeLocalAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().String()
+	top := 32767
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if lo, err := strconv.Atoi(f[0]); err == nil && lo > 12000 {
+				top = lo - 1
+			}
+		}
+	}
+	for range 100 {
+		addr := fmt.Sprintf("127.0.0.1:%d", 10000+mrand.IntN(top-10000))
+		if ln, err := net.Listen("tcp", addr); err == nil {
+			_ = ln.Close()
+			return addr
+		}
+	}
+	t.Fatal("no free port below the ephemeral range")
+	return ""
 }
 
 func httpStatus(u string) int {
