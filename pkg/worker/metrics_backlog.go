@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/harvest-run/harvest/pkg/shard"
 )
 
-// backlogTimeout bounds the two counting statements made at each
-// collection of the backlog gauges.
+// backlogTimeout bounds the two statements that read the backlog gauges'
+// figures at each collection.
 const backlogTimeout = 2 * time.Second
 
 // BacklogMetrics registers two gauges read from the shard at each metrics
@@ -21,8 +24,12 @@ const backlogTimeout = 2 * time.Second
 //   - harvest.queue.depth{shard, queue, state}: tasks of each of queues
 //     that are waiting (state "pending": due, or "scheduled": due later)
 //     or held by a worker ("running").
-//   - harvest.runs.unfinished{shard}: the shard's unfinished runs, the sum
-//     of its tenants' running counts (what admission counts).
+//   - harvest.runs.unfinished{shard}: the shard's unfinished runs, the
+//     total of its tenants' running counts (what admission counts).
+//
+// Each state of a queue is counted through its own partial index, so a
+// collection costs in proportion to the tasks that wait or run, never to
+// the finished ones the shard keeps until retention deletes them.
 //
 // Every worker of a shard reports the same figures, so dashboards should
 // take max by (shard, queue), not a sum. Labels stay bounded: queue names
@@ -47,37 +54,18 @@ func BacklogMetrics(db *pgxpool.Pool, shard int, queues []string) (unregister fu
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, backlogTimeout)
 		defer cancel()
-		counts := map[[2]string]int64{}
-		for _, q := range qs {
-			for _, st := range []string{"pending", "scheduled", "running"} {
-				counts[[2]string{q, st}] = 0
-			}
-		}
-		rows, err := db.Query(ctx, `SELECT queue, state, count(*) FROM tasks
-			WHERE queue = ANY($1) AND state <> 'done' GROUP BY queue, state`, qs)
+		depths, total, err := readBacklog(ctx, db, qs)
 		if err != nil {
-			return fmt.Errorf("worker: queue depth: %w", err)
+			return err
 		}
-		for rows.Next() {
-			var q, st string
-			var n int64
-			if err := rows.Scan(&q, &st, &n); err != nil {
-				rows.Close()
-				return fmt.Errorf("worker: queue depth: %w", err)
+		for _, d := range depths {
+			for _, st := range []struct {
+				state string
+				n     int64
+			}{{"pending", d.Pending}, {"scheduled", d.Scheduled}, {"running", d.Running}} {
+				o.ObserveInt64(depth, st.n, metric.WithAttributes(shardAttr,
+					attribute.String("queue", d.Queue), attribute.String("state", st.state)))
 			}
-			counts[[2]string{q, st}] = n
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("worker: queue depth: %w", err)
-		}
-		for k, n := range counts {
-			o.ObserveInt64(depth, n, metric.WithAttributes(shardAttr,
-				attribute.String("queue", k[0]), attribute.String("state", k[1])))
-		}
-		var total int64
-		if err := db.QueryRow(ctx, `SELECT coalesce(sum(running), 0) FROM tenant_running`).Scan(&total); err != nil {
-			return fmt.Errorf("worker: unfinished runs: %w", err)
 		}
 		o.ObserveInt64(unfinished, total, metric.WithAttributes(shardAttr))
 		return nil
@@ -86,4 +74,30 @@ func BacklogMetrics(db *pgxpool.Pool, shard int, queues []string) (unregister fu
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
 	return reg.Unregister, nil
+}
+
+// queueDepth is one queue's row of QueueDepth: its tasks by state.
+type queueDepth struct {
+	Queue     string `db:"queue"`
+	Pending   int64  `db:"pending"`
+	Scheduled int64  `db:"scheduled"`
+	Running   int64  `db:"running"`
+}
+
+// readBacklog reads the gauges' figures: the tasks of each of queues by
+// state, and the shard's unfinished runs.
+func readBacklog(ctx context.Context, db shard.Querier, queues []string) ([]queueDepth, int64, error) {
+	rows, err := db.Query(ctx, sqlQueueDepth, queues)
+	if err != nil {
+		return nil, 0, fmt.Errorf("worker: queue depth: %w", err)
+	}
+	depths, err := pgx.CollectRows(rows, pgx.RowToStructByName[queueDepth])
+	if err != nil {
+		return nil, 0, fmt.Errorf("worker: queue depth: %w", err)
+	}
+	var total int64
+	if err := db.QueryRow(ctx, sqlShardUnfinished).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("worker: unfinished runs: %w", err)
+	}
+	return depths, total, nil
 }

@@ -31,6 +31,8 @@ var sqlFiles embed.FS
 
 var (
 	sqlQueueBacklog    = sqlfile.Must(sqlFiles, "QueueBacklog")
+	sqlQueueDepth      = sqlfile.Must(sqlFiles, "QueueDepth")
+	sqlShardUnfinished = sqlfile.Must(sqlFiles, "ShardUnfinished")
 	dispatchQueueGroup = "harvest-workers"
 )
 

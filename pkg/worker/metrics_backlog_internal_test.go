@@ -1,0 +1,75 @@
+package worker
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/internal/testsvc"
+)
+
+// The backlog gauges count each queue's live tasks through the partial
+// index of each state, so a scrape costs the live tasks, not the finished
+// history the table keeps until retention. The shard here is the planner's
+// worst case: its statistics were taken while the history was a pending
+// backlog (a scan of the table looked cheapest then), and the backlog has
+// since been worked off and vacuumed, leaving a few live tasks among
+// twenty thousand finished ones.
+func TestBacklogReadsNoHistory(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	db := testsvc.NewDB(t)
+	const history = 20000
+	for _, q := range []string{
+		// Its statistics are the ones set up here, whatever the server's
+		// autovacuum does meanwhile.
+		`ALTER TABLE tasks SET (autovacuum_enabled = false)`,
+		`INSERT INTO runs (tenant, id, name, queue, fairness_key, request_hash, status)
+			SELECT 'a', 'r-' || g, 'echo', 'q', 'k', '\x00', 'queued' FROM generate_series(1, 20010) g`,
+		`INSERT INTO tasks (run_pk, queue, fairness_key, state) SELECT pk, 'q', 'k', 'pending' FROM runs ORDER BY pk`,
+		`ANALYZE tasks`,
+		// Worked off from the front; of the last ten, three still wait,
+		// two wait for a later time, one runs, and four are another
+		// queue's.
+		`UPDATE tasks SET state = 'done' WHERE id <= (SELECT min(id) FROM tasks) + 19999`,
+		`UPDATE tasks SET state = 'scheduled', due_at = now() + interval '1 hour'
+			WHERE id IN (SELECT id FROM tasks WHERE state = 'pending' ORDER BY id LIMIT 2)`,
+		`UPDATE tasks SET state = 'running'
+			WHERE id IN (SELECT id FROM tasks WHERE state = 'pending' ORDER BY id LIMIT 1)`,
+		`UPDATE tasks SET queue = 'other'
+			WHERE id IN (SELECT id FROM tasks WHERE state = 'pending' ORDER BY id DESC LIMIT 4)`,
+		`VACUUM tasks`,
+		`INSERT INTO tenant_running (tenant, running) VALUES ('a', 4), ('b', 3)`,
+	} {
+		_, err := db.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	var pages int
+	require.NoError(t, db.QueryRow(ctx, `SELECT relpages FROM pg_class WHERE relname = 'tasks'`).Scan(&pages))
+	require.Greater(t, pages, 100, "the history spans the table's pages")
+
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after the commit
+	blocks := func(tx pgx.Tx) int {
+		var n int
+		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_stat_get_xact_blocks_fetched('tasks'::regclass)`).Scan(&n))
+		return n
+	}
+	before := blocks(tx)
+	depths, total, err := readBacklog(ctx, tx, []string{"q", "empty"})
+	require.NoError(t, err)
+	read := blocks(tx) - before
+	require.NoError(t, tx.Commit(ctx))
+
+	require.Equal(t, []queueDepth{
+		{Queue: "q", Pending: 3, Scheduled: 2, Running: 1},
+		{Queue: "empty"},
+	}, depths)
+	require.EqualValues(t, 7, total, "the tenants' running counts, summed")
+	require.Less(t, read, pages/10, "heap blocks of tasks read for the gauges, of %d", pages)
+}
