@@ -10,11 +10,9 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/harvest-run/harvest/pkg/shard"
 )
 
-// backlogTimeout bounds the two statements that read the backlog gauges'
+// backlogTimeout bounds the transaction that reads the backlog gauges'
 // figures at each collection.
 const backlogTimeout = 2 * time.Second
 
@@ -54,9 +52,17 @@ func BacklogMetrics(db *pgxpool.Pool, shard int, queues []string) (unregister fu
 	reg, err := m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, backlogTimeout)
 		defer cancel()
-		depths, total, err := readBacklog(ctx, db, qs)
+		tx, err := db.Begin(ctx)
+		if err != nil {
+			return fmt.Errorf("worker: backlog: %w", err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // a no-op after the commit
+		depths, total, err := readBacklog(ctx, tx, qs)
 		if err != nil {
 			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("worker: backlog: %w", err)
 		}
 		for _, d := range depths {
 			for _, st := range []struct {
@@ -84,10 +90,18 @@ type queueDepth struct {
 	Running   int64  `db:"running"`
 }
 
-// readBacklog reads the gauges' figures: the tasks of each of queues by
-// state, and the shard's unfinished runs.
-func readBacklog(ctx context.Context, db shard.Querier, queues []string) ([]queueDepth, int64, error) {
-	rows, err := db.Query(ctx, sqlQueueDepth, queues)
+// readBacklog reads the gauges' figures in tx: the tasks of each of queues
+// by state, and the shard's unfinished runs. It turns sequential scans off
+// for the rest of tx. Statistics taken while a big backlog was pending make
+// a (parallel) scan of tasks look cheaper than the partial indexes, and
+// once that backlog has been worked off the table holds mostly finished
+// rows: the scan would read all of them at every scrape until the next
+// ANALYZE.
+func readBacklog(ctx context.Context, tx pgx.Tx, queues []string) ([]queueDepth, int64, error) {
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+		return nil, 0, fmt.Errorf("worker: queue depth: %w", err)
+	}
+	rows, err := tx.Query(ctx, sqlQueueDepth, queues)
 	if err != nil {
 		return nil, 0, fmt.Errorf("worker: queue depth: %w", err)
 	}
@@ -96,7 +110,7 @@ func readBacklog(ctx context.Context, db shard.Querier, queues []string) ([]queu
 		return nil, 0, fmt.Errorf("worker: queue depth: %w", err)
 	}
 	var total int64
-	if err := db.QueryRow(ctx, sqlShardUnfinished).Scan(&total); err != nil {
+	if err := tx.QueryRow(ctx, sqlShardUnfinished).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("worker: unfinished runs: %w", err)
 	}
 	return depths, total, nil

@@ -5,6 +5,7 @@
 -- finished rows the table keeps until retention deletes them. A single
 -- count with state <> 'done' matches no partial index, and was a scan of
 -- the whole table, history included, at every scrape of every worker.
+-- The caller turns sequential scans off first (readBacklog says why).
 -- Rows come in the order of $1.
 SELECT q.queue,
        (SELECT count(*) FROM tasks t WHERE t.queue = q.queue AND t.state = 'pending') AS pending,
