@@ -70,3 +70,80 @@ func TestListLeavesOutOutputAndBoundsBytes(t *testing.T) {
 	require.NotEmpty(t, page.NextCursor)
 	require.True(t, strings.HasPrefix(*page.Runs[0].Error, "e"))
 }
+
+// A listing filtered to statuses only unfinished runs show (deferred,
+// queued, running) reads the tenant's unfinished runs, not its finished
+// history: here the three unfinished runs are the tenant's oldest, behind
+// 20,000 finished ones that a walk from the newest would pass first. A
+// run stored queued whose task runs is listed under running only. A
+// tenant with a backlog of 20,000 queued runs, older than 20,000 finished
+// ones, gets its page of queued runs from the first entries of the index
+// of unfinished runs in the listing's order, not from all of its backlog.
+func TestListOfUnfinishedStatusesReadsNoHistory(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, q := range []string{
+		`INSERT INTO runs (tenant, id, name, queue, request_hash, status)
+			SELECT 'acme', 'open-' || g, 'echo', 'q', '\x00', 'queued' FROM generate_series(1, 3) g`,
+		`INSERT INTO tasks (run_pk, queue, state) SELECT pk, 'q', 'running' FROM runs WHERE id = 'open-3'`,
+		`INSERT INTO runs (tenant, id, name, queue, request_hash, status, attempts, finished_at)
+			SELECT 'acme', 'done-' || g, 'echo', 'q', '\x00', 'completed', 1, now() FROM generate_series(1, 20000) g`,
+		`INSERT INTO runs (tenant, id, name, queue, request_hash, status)
+			SELECT 'other', 'other-' || g, 'echo', 'q', '\x00', 'queued' FROM generate_series(1, 5) g`,
+		`INSERT INTO runs (tenant, id, name, queue, request_hash, status)
+			SELECT 'flood', 'fq-' || g, 'echo', 'q', '\x00', 'queued' FROM generate_series(1, 20000) g`,
+		`INSERT INTO runs (tenant, id, name, queue, request_hash, status, attempts, finished_at)
+			SELECT 'flood', 'fd-' || g, 'echo', 'q', '\x00', 'completed', 1, now() FROM generate_series(1, 20000) g`,
+		`ANALYZE runs`,
+		`ANALYZE tasks`,
+	} {
+		_, err := b.db.Exec(b.ctx, q)
+		require.NoError(t, err, q)
+	}
+	var pages int
+	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT pg_relation_size('runs') / current_setting('block_size')::int`).Scan(&pages))
+	require.Greater(t, pages, 100, "the history spans the table's pages")
+
+	// list returns the ids of one page and the heap blocks of runs its
+	// transaction read.
+	list := func(tenant string, statuses ...api.Status) ([]string, int) {
+		t.Helper()
+		tx, err := b.db.Begin(b.ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(b.ctx) //nolint:errcheck // read only
+		blocks := func() int {
+			var n int
+			require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_stat_get_xact_blocks_fetched('runs'::regclass)`).Scan(&n))
+			return n
+		}
+		before := blocks()
+		page, err := List(b.ctx, tx, ListParams{Tenant: tenant, Statuses: statuses})
+		require.NoError(t, err)
+		read := blocks() - before
+		ids := []string{}
+		for _, r := range page.Runs {
+			ids = append(ids, r.ID)
+		}
+		return ids, read
+	}
+	for _, c := range []struct {
+		statuses []api.Status
+		want     []string
+	}{
+		{[]api.Status{api.StatusQueued}, []string{"open-2", "open-1"}},
+		{[]api.Status{api.StatusRunning}, []string{"open-3"}},
+		{[]api.Status{api.StatusDeferred, api.StatusQueued, api.StatusRunning}, []string{"open-3", "open-2", "open-1"}},
+	} {
+		ids, read := list("acme", c.statuses...)
+		require.Equal(t, c.want, ids, "%v", c.statuses)
+		require.Less(t, read, pages/20, "heap blocks of runs read for %v, of %d", c.statuses, pages)
+	}
+	ids, read := list("flood", api.StatusQueued)
+	require.Len(t, ids, DefaultListLimit)
+	require.Equal(t, "fq-20000", ids[0])
+	require.Less(t, read, pages/20, "heap blocks of runs read for the backlog's first page, of %d", pages)
+	// A filter a finished run can match reads as before, newest first.
+	ids, _ = list("acme", api.StatusQueued, api.StatusCompleted)
+	require.Len(t, ids, DefaultListLimit)
+	require.Equal(t, "done-20000", ids[0])
+}

@@ -1,6 +1,9 @@
 -- A tenant's runs, newest first, one page. $2 is the cursor (list rows
 -- below this pk), $3 the statuses, $4 the queue, $5 the workflow name; NULL
--- means no filter. The runs_tenant_pk index serves the order and the cursor.
+-- means no filter. The runs_tenant_pk index serves the order and the cursor;
+-- for a status filter only unfinished runs can match, runstore.List sends
+-- this text with finished_at IS NULL added, which runs_unfinished_tenant_pk
+-- serves without reading the tenant's finished history.
 -- The runs are read as they show (runs_seen), and the status filter is on
 -- the status they show: a run whose task a worker holds is listed under
 -- running, never under queued, whatever its stored status.
