@@ -15,6 +15,8 @@
 -- recount, the tenant move and the deferred limits, all by their leading
 -- column and predicate), so that index goes: a run start writes one entry
 -- for both purposes, as before. Nothing names either index; a binary of
--- the previous release gets the same plans from this one.
+-- the previous release gets the same plans from this one. The build reads
+-- runs once and holds its writes (starts wait) meanwhile: 0.15 s for a
+-- million runs in memory on the development machine, longer from disk.
 CREATE INDEX runs_unfinished_tenant_pk ON runs (tenant, pk DESC) WHERE finished_at IS NULL;
 DROP INDEX runs_unfinished_tenant;
