@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -13,34 +12,15 @@ import (
 
 // The dispatch's backlog check (QueueBacklog: is another due task
 // pending in the queue?) reads a row or two of the pending index, never
-// the table, on the planner's worst case: statistics that say every task
-// of the queue is pending, over a table of 20,000 finished tasks. It
-// answers right both ways: another task waits, or the dispatched one is
-// the queue's only due work.
+// the table, on the planner's worst case (drainedShard). It answers right
+// both ways: another task waits, or the dispatched one is the queue's only
+// due work.
 func TestQueueBacklogReadsNoHistory(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	db := testsvc.NewDB(t)
-	const history = 20000
-	for _, q := range []string{
-		`ALTER TABLE tasks SET (autovacuum_enabled = false)`,
-		fmt.Sprintf(`INSERT INTO runs (tenant, id, name, queue, fairness_key, request_hash, status)
-			SELECT 'a', 'r-' || g, 'echo', 'q', 'k', '\x00', 'queued' FROM generate_series(1, %d) g`, history+2),
-		`INSERT INTO tasks (run_pk, queue, fairness_key, state) SELECT pk, 'q', 'k', 'pending' FROM runs`,
-		`ANALYZE tasks`,
-		// The statistics outlive the rows (see TestBacklogReadsNoHistory).
-		`TRUNCATE tasks`,
-		fmt.Sprintf(`INSERT INTO tasks (run_pk, queue, fairness_key, state)
-			SELECT pk, 'q', 'k', CASE WHEN row_number() OVER (ORDER BY pk) <= %d THEN 'done' ELSE 'pending' END
-			FROM runs`, history),
-	} {
-		_, err := db.Exec(ctx, q)
-		require.NoError(t, err, q)
-	}
-	var pages int
-	require.NoError(t, db.QueryRow(ctx, `SELECT pg_relation_size('tasks') / current_setting('block_size')::int`).Scan(&pages))
-	require.Greater(t, pages, 100, "the history spans the table's pages")
+	pages := drainedShard(ctx, t, db, 2)
 	var first, last int64
 	require.NoError(t, db.QueryRow(ctx, `SELECT min(id), max(id) FROM tasks WHERE state = 'pending'`).Scan(&first, &last))
 
