@@ -60,6 +60,10 @@ type Config struct {
 	MaxWaiters          int           `envconfig:"GATEWAY_MAX_WAITERS" default:"10000" desc:"most ?wait= requests the gateway holds at once; more get 429 over_limit with Retry-After (or their run at once when it is already final)"`
 	MaxWaitersPerTenant int           `envconfig:"GATEWAY_MAX_WAITERS_PER_TENANT" default:"100" desc:"most ?wait= requests the gateway holds at once for one tenant; more get 429 over_limit with Retry-After (or their run at once when it is already final)"`
 
+	// Run listings read a tenant's runs until a page is full, on the pool
+	// the starts commit through: each tenant has a bound of its own.
+	MaxListsPerTenant int `envconfig:"GATEWAY_MAX_LISTS_PER_TENANT" default:"2" desc:"most run listings (GET /v1/runs) the gateway reads at once for one tenant; more get 429 over_limit with Retry-After. Keep it below HARVEST_GATEWAY_POOL_SIZE, so that one tenant's listings cannot hold every connection the shard's starts need"`
+
 	// Shedding (shed.go, docs/operations.md "Overload"): each shard has a
 	// budget of starts in flight on the gateway, HTTP and NATS together,
 	// shared fairly between tenants; the excess is refused at once with
@@ -110,6 +114,7 @@ func (c Config) Validate() error {
 	check(c.WaitPoll > 0, "HARVEST_GATEWAY_WAIT_POLL: must be positive, got %s", c.WaitPoll)
 	check(c.WaitFallback >= c.WaitPoll, "HARVEST_GATEWAY_WAIT_FALLBACK: must be at least HARVEST_GATEWAY_WAIT_POLL (%s), got %s", c.WaitPoll, c.WaitFallback)
 	check(c.MaxWaiters >= 1, "HARVEST_GATEWAY_MAX_WAITERS: must be at least 1, got %d", c.MaxWaiters)
+	check(c.MaxListsPerTenant >= 1, "HARVEST_GATEWAY_MAX_LISTS_PER_TENANT: must be at least 1, got %d", c.MaxListsPerTenant)
 	check(c.MaxWaitersPerTenant >= 1 && c.MaxWaitersPerTenant <= c.MaxWaiters, "HARVEST_GATEWAY_MAX_WAITERS_PER_TENANT: must be from 1 to HARVEST_GATEWAY_MAX_WAITERS (%d), got %d", c.MaxWaiters, c.MaxWaitersPerTenant)
 	check(c.DirectoryRefresh >= 100*time.Millisecond && c.DirectoryRefresh <= 10*time.Minute, "HARVEST_GATEWAY_DIRECTORY_REFRESH: must be from 100ms to 10m, got %s", c.DirectoryRefresh)
 	check(c.PoolSize >= 1, "HARVEST_GATEWAY_POOL_SIZE: must be at least 1, got %d", c.PoolSize)
@@ -193,6 +198,7 @@ func DefaultConfig(shards []string, natsURL string) Config {
 		WaitFallback:        5 * time.Second,
 		MaxWaiters:          10000,
 		MaxWaitersPerTenant: 100,
+		MaxListsPerTenant:   2,
 
 		StartsInflight:   512,
 		TenantStartShare: 50,

@@ -102,6 +102,8 @@ type Gateway struct {
 
 	// waits holds the long polls of GET /v1/runs/{id}?wait= (waiters.go).
 	waits *waitHub
+	// lists bounds each tenant's run listings in flight (lists.go).
+	lists *listBound
 
 	natsMu   sync.Mutex
 	subs     []*nats.Subscription
@@ -145,6 +147,7 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	var err error
+	g.lists = newListBound(cfg.MaxListsPerTenant)
 	if g.waits, err = newWaitHub(cfg, g.meter); err != nil {
 		return nil, err
 	}

@@ -135,13 +135,18 @@ func (g *Gateway) fillWaiting(ctx context.Context, shard int, run *api.Run) {
 
 // listRuns returns a page of the tenant's runs from its home shard. While
 // the tenant moves, that is the new home: runs not copied yet show once
-// they are (docs/operations.md).
+// they are (docs/operations.md). A tenant past its bound of listings in
+// flight is answered 429 (listBound).
 func (g *Gateway) listRuns(ctx context.Context, p runstore.ListParams) (api.RunList, *api.Error) {
 	e, ae := g.entry(ctx, p.Tenant)
 	if ae != nil {
 		return api.RunList{}, ae
 	}
 	p.Shard = e.Shard
+	if ae := g.lists.enter(ctx, p.Tenant); ae != nil {
+		return api.RunList{}, ae
+	}
+	defer g.lists.leave(p.Tenant)
 	res, err := runstore.List(ctx, g.shards[p.Shard], p)
 	if err != nil {
 		return api.RunList{}, g.apiError(err, p.Shard, "list runs")

@@ -51,11 +51,16 @@ func (b *bundle) waitFor(t *testing.T, secret, id string, wait time.Duration) wa
 // waitInBackground starts a long poll and returns where its answer comes.
 // It does not call t's fatal checks off the test's goroutine.
 func (b *bundle) waitInBackground(secret, id string, wait time.Duration) <-chan waitAnswer {
+	return b.getInBackground(secret, "/v1/runs/"+url.PathEscape(id)+"?wait="+wait.String())
+}
+
+// getInBackground sends GET path with the secret and returns where its
+// answer comes, without t's fatal checks off the test's goroutine.
+func (b *bundle) getInBackground(secret, path string) <-chan waitAnswer {
 	out := make(chan waitAnswer, 1)
 	go func() {
 		var a waitAnswer
-		req, err := http.NewRequestWithContext(b.ctx, http.MethodGet,
-			b.srv.URL+"/v1/runs/"+url.PathEscape(id)+"?wait="+wait.String(), nil)
+		req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, b.srv.URL+path, nil)
 		if err == nil {
 			req.Header.Set("Authorization", "Bearer "+secret)
 			var resp *http.Response
@@ -358,6 +363,7 @@ func TestWaitSettingsAreValidated(t *testing.T) {
 		{func(c *Config) { c.MaxWaitersPerTenant = 0 }, "HARVEST_GATEWAY_MAX_WAITERS_PER_TENANT:"},
 		{func(c *Config) { c.MaxWaiters, c.MaxWaitersPerTenant = 10, 11 }, "HARVEST_GATEWAY_MAX_WAITERS_PER_TENANT:"},
 		{func(c *Config) { c.WaitFallback = c.WaitPoll / 2 }, "HARVEST_GATEWAY_WAIT_FALLBACK:"},
+		{func(c *Config) { c.MaxListsPerTenant = 0 }, "HARVEST_GATEWAY_MAX_LISTS_PER_TENANT:"},
 	} {
 		cfg := DefaultConfig([]string{"postgres://127.0.0.1/x"}, "nats://127.0.0.1:4222")
 		require.NoError(t, cfg.Validate())

@@ -1,0 +1,73 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/harvest-run/harvest/internal/testsignal"
+	"github.com/harvest-run/harvest/pkg/api"
+)
+
+// listRetryAfter is what a listing refused at its tenant's bound asks the
+// caller to wait: the tenant's listings in flight end within their
+// statement's time.
+const listRetryAfter = time.Second
+
+// listBound bounds the run listings (GET /v1/runs) a gateway reads at once
+// for each tenant. A listing reads the tenant's runs newest first until its
+// page is full, so a filter few runs match (a final status, a queue, a
+// name) reads a long history to fill one page, on a connection of the
+// shard's pool, the pool the gateway's starts commit through. Without a
+// bound, one tenant's listings sent side by side could hold every
+// connection, and every tenant's starts would wait for them. Past the
+// bound a listing is answered 429 with Retry-After at once, as a long
+// poll past its bound is.
+type listBound struct {
+	max int
+
+	mu sync.Mutex
+	// byTenant counts each tenant's listings in flight; a tenant with
+	// none has no entry.
+	byTenant map[string]int
+
+	// entered tells a test the tenant of each listing admitted; it does
+	// nothing unless a test initialised it.
+	entered testsignal.Signal[string]
+}
+
+func newListBound(max int) *listBound {
+	return &listBound{max: max, byTenant: make(map[string]int)}
+}
+
+// enter admits a listing of tenant, or returns the 429 to answer. An
+// admitted listing calls leave when its read is done.
+func (b *listBound) enter(ctx context.Context, tenant string) *api.Error {
+	b.mu.Lock()
+	if b.byTenant[tenant] >= b.max {
+		b.mu.Unlock()
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String("harvest.tenant", tenant),
+			attribute.Bool("harvest.list_refused", true))
+		e := api.NewError(api.CodeOverLimit,
+			"tenant %s already has %d run listings in flight on this gateway, its bound (HARVEST_GATEWAY_MAX_LISTS_PER_TENANT): list again after retry_after_ms",
+			tenant, b.max)
+		e.RetryAfterMS = listRetryAfter.Milliseconds()
+		return e
+	}
+	b.byTenant[tenant]++
+	b.mu.Unlock()
+	b.entered.Signal(tenant)
+	return nil
+}
+
+// leave ends a listing enter admitted.
+func (b *listBound) leave(tenant string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.byTenant[tenant]--; b.byTenant[tenant] <= 0 {
+		delete(b.byTenant, tenant)
+	}
+}
