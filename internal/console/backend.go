@@ -32,6 +32,12 @@ type Backend interface {
 	// when maxPriority is nil, and puts the change in force everywhere.
 	SetCeiling(ctx context.Context, actor, tenant string, maxPriority *int) *api.Error
 
+	// EnterRunList admits a listing of tenant's runs for a tenant's
+	// session, or returns the refusal to show: the gateway bounds each
+	// tenant's listings in flight, its API's and its console's together.
+	// An admitted listing calls leave once it is read.
+	EnterRunList(ctx context.Context, tenant string) (leave func(), e *api.Error)
+
 	// KnownTenant reports whether the tenant directory has tenant. The
 	// pages ask before they look a tenant's run up: looking up a tenant
 	// the directory does not know would place it there.

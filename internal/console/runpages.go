@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,6 +111,18 @@ func (c *Console) pageRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	if v.Status != "" {
 		f.Statuses = []api.Status{api.Status(v.Status)}
+	}
+	if status == http.StatusOK && rl == roleTenant {
+		// A tenant's listings share its bound with its API listings.
+		leave, e := c.be.EnterRunList(r.Context(), p.Tenant)
+		if e != nil {
+			if e.RetryAfterMS > 0 {
+				w.Header().Set("Retry-After", strconv.FormatInt((e.RetryAfterMS+999)/1000, 10))
+			}
+			d.Error, status = e.Message, http.StatusTooManyRequests
+		} else {
+			defer leave()
+		}
 	}
 	if status == http.StatusOK {
 		ctx, cancel := context.WithTimeout(r.Context(), pageTimeout)

@@ -79,6 +79,15 @@ func (b consoleBackend) SetCeiling(ctx context.Context, actor, tenant string, ma
 	return nil
 }
 
+// EnterRunList counts a tenant session's run listing against the tenant's
+// bound of listings in flight (listBound), as an API listing is counted.
+func (b consoleBackend) EnterRunList(ctx context.Context, tenant string) (func(), *api.Error) {
+	if e := b.g.lists.enter(ctx, tenant); e != nil {
+		return nil, e
+	}
+	return func() { b.g.lists.leave(tenant) }, nil
+}
+
 // KnownTenant asks the cache first, then shard 0, without placing the
 // tenant: a look at (or an action on) a mistyped tenant must not add it to
 // the directory, as asking for its home would.

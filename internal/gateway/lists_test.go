@@ -66,3 +66,66 @@ func TestListsBoundedPerTenant(t *testing.T) {
 	b.gw.lists.mu.Unlock()
 	require.Zero(t, left, "no listing left in flight")
 }
+
+// A tenant's session of the console shares the tenant's bound: while its
+// API listing is held on the shards, its runs page is answered 429 with
+// the reason; an operator's runs page is not bounded.
+func TestConsoleRunsPageSharesTheTenantsListBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{Tokens: consoleTokens(t), Tune: func(c *Config) { c.MaxListsPerTenant = 1 }})
+	b.gw.lists.entered.Init()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	tenantBr, _ := signIn(t, b, consoleAcme)
+	rootBr, _ := signIn(t, b, consoleRoot)
+	var locks []pgx.Tx
+	for _, db := range b.dbs {
+		tx, err := db.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck // released below
+		_, err = tx.Exec(ctx, `LOCK TABLE runs IN ACCESS EXCLUSIVE MODE`)
+		require.NoError(t, err)
+		locks = append(locks, tx)
+	}
+	held := b.getInBackground(consoleAcme, "/v1/runs")
+	_, err := b.gw.lists.entered.WaitFor(ctx, func(got string) bool { return got == "acme" })
+	require.NoError(t, err)
+
+	status, page := tenantBr.get("/admin/runs")
+	require.Equal(t, http.StatusTooManyRequests, status)
+	require.Contains(t, page, "HARVEST_GATEWAY_MAX_LISTS_PER_TENANT")
+	// The operator's page of the same tenant's runs is read (it waits on
+	// the lock like the API listing), not refused.
+	lockWaiters := func() int {
+		n := 0
+		for _, db := range b.dbs {
+			var k int
+			require.NoError(t, db.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&k))
+			n += k
+		}
+		return n
+	}
+	before := lockWaiters()
+	rootStatus := make(chan int, 1)
+	go func() {
+		resp, err := rootBr.hc.Get(rootBr.base + "/admin/runs?tenant=acme")
+		if err != nil {
+			rootStatus <- 0
+			return
+		}
+		resp.Body.Close()
+		rootStatus <- resp.StatusCode
+	}()
+	require.Eventually(t, func() bool { return lockWaiters() > before }, 30*time.Second, 10*time.Millisecond,
+		"the operator's listing reached the shards")
+
+	for _, tx := range locks {
+		require.NoError(t, tx.Rollback(ctx))
+	}
+	a := <-held
+	require.Equal(t, http.StatusOK, a.status, string(a.body))
+	require.Equal(t, http.StatusOK, <-rootStatus)
+	status, page = tenantBr.get("/admin/runs")
+	require.Equal(t, http.StatusOK, status, page)
+}
