@@ -419,8 +419,13 @@ func seqOf(id string) int64 {
 // how many starts had been sent when the hold began.
 func lag(t *testing.T, ctx context.Context, e *env, h *haShard) (caughtUp int, sentBefore int64) {
 	t.Helper()
-	h.catchUp(t, ctx)
+	// Counted before catchUp reads the primary's WAL position: a start
+	// acknowledged by then was committed (and flushed) before that
+	// position, so the standby has it once it has replayed that far. One
+	// acknowledged while the standby catches up may have committed after
+	// the position read, and the hold below may keep it from the standby.
 	caughtUp = len(e.load.Acked())
+	h.catchUp(t, ctx)
 	h.relay.hold()
 	sentBefore, _, _, _ = e.load.Stats()
 	deadline := time.Now().Add(recoverWithin)
