@@ -12,6 +12,26 @@ import (
 	"github.com/harvest-run/harvest/pkg/api"
 )
 
+// lockRuns locks the runs table of every shard, so that a listing waits
+// there as a long read of a big history would, until release.
+func (b *bundle) lockRuns(ctx context.Context, t *testing.T) (release func()) {
+	t.Helper()
+	var locks []pgx.Tx
+	for _, db := range b.dbs {
+		tx, err := db.Begin(ctx)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // a no-op once released
+		_, err = tx.Exec(ctx, `LOCK TABLE runs IN ACCESS EXCLUSIVE MODE`)
+		require.NoError(t, err)
+		locks = append(locks, tx)
+	}
+	return func() {
+		for _, tx := range locks {
+			require.NoError(t, tx.Rollback(ctx))
+		}
+	}
+}
+
 // A tenant's run listings are bounded on each gateway: past
 // HARVEST_GATEWAY_MAX_LISTS_PER_TENANT in flight the next one is answered
 // 429 with Retry-After at once, while another tenant's is read as usual,
@@ -29,15 +49,7 @@ func TestListsBoundedPerTenant(t *testing.T) {
 		_, err := b.gw.lists.entered.WaitFor(ctx, func(got string) bool { return got == tenant })
 		require.NoError(t, err, "a listing of %s admitted", tenant)
 	}
-	var locks []pgx.Tx
-	for _, db := range b.dbs {
-		tx, err := db.Begin(ctx)
-		require.NoError(t, err)
-		defer tx.Rollback(ctx) //nolint:errcheck // released below
-		_, err = tx.Exec(ctx, `LOCK TABLE runs IN ACCESS EXCLUSIVE MODE`)
-		require.NoError(t, err)
-		locks = append(locks, tx)
-	}
+	release := b.lockRuns(ctx, t)
 
 	heldA := b.getInBackground(secretA, "/v1/runs?status=failed")
 	entered(tenantOn[0])
@@ -52,9 +64,7 @@ func TestListsBoundedPerTenant(t *testing.T) {
 	heldB := b.getInBackground(secretB, "/v1/runs")
 	entered(tenantOn[1])
 
-	for _, tx := range locks {
-		require.NoError(t, tx.Rollback(ctx))
-	}
+	release()
 	for _, held := range []<-chan waitAnswer{heldA, heldB} {
 		a := <-held
 		require.Equal(t, http.StatusOK, a.status, string(a.body))
@@ -78,15 +88,7 @@ func TestConsoleRunsPageSharesTheTenantsListBound(t *testing.T) {
 	defer cancel()
 	tenantBr, _ := signIn(t, b, consoleAcme)
 	rootBr, _ := signIn(t, b, consoleRoot)
-	var locks []pgx.Tx
-	for _, db := range b.dbs {
-		tx, err := db.Begin(ctx)
-		require.NoError(t, err)
-		defer tx.Rollback(ctx) //nolint:errcheck // released below
-		_, err = tx.Exec(ctx, `LOCK TABLE runs IN ACCESS EXCLUSIVE MODE`)
-		require.NoError(t, err)
-		locks = append(locks, tx)
-	}
+	release := b.lockRuns(ctx, t)
 	held := b.getInBackground(consoleAcme, "/v1/runs")
 	_, err := b.gw.lists.entered.WaitFor(ctx, func(got string) bool { return got == "acme" })
 	require.NoError(t, err)
@@ -120,9 +122,7 @@ func TestConsoleRunsPageSharesTheTenantsListBound(t *testing.T) {
 	require.Eventually(t, func() bool { return lockWaiters() > before }, 30*time.Second, 10*time.Millisecond,
 		"the operator's listing reached the shards")
 
-	for _, tx := range locks {
-		require.NoError(t, tx.Rollback(ctx))
-	}
+	release()
 	a := <-held
 	require.Equal(t, http.StatusOK, a.status, string(a.body))
 	require.Equal(t, http.StatusOK, <-rootStatus)
