@@ -12,10 +12,10 @@
 -- (runstore.List), and this index holds only the unfinished runs, in the
 -- listing's order, so it reads them and nothing else. It also serves what
 -- runs_unfinished_tenant served (a tenant's unfinished runs counted by the
--- recount, the tenant move and the deferred limits, all by their leading
--- column and predicate), so that index goes: a run start writes one entry
--- for both purposes, as before. Nothing names either index; a binary of
--- the previous release gets the same plans from this one. The build reads
+-- recount and the tenant move, by its leading column and predicate), so
+-- that index goes: a run start writes one entry for both purposes, as
+-- before. No statement names either index; a binary of the previous
+-- release plans its statements on this one as on the old. The build reads
 -- runs once and holds its writes (starts wait) meanwhile: 0.15 s for a
 -- million runs in memory on the development machine, longer from disk.
 CREATE INDEX runs_unfinished_tenant_pk ON runs (tenant, pk DESC) WHERE finished_at IS NULL;
