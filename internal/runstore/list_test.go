@@ -147,3 +147,39 @@ func TestListOfUnfinishedStatusesReadsNoHistory(t *testing.T) {
 	require.Len(t, ids, DefaultListLimit)
 	require.Equal(t, "done-20000", ids[0])
 }
+
+// A page deep in a long history reads from its cursor down, also under a
+// generic plan (the plan a prepared statement may keep once it has run a
+// few times): the cursor is an index condition there, not a filter that
+// reads every run above it.
+func TestListPageDeepInHistoryReadsFromItsCursor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, q := range []string{
+		`INSERT INTO runs (tenant, id, name, queue, request_hash, status, attempts, finished_at)
+			SELECT 'acme', 'done-' || g, 'echo', 'q', '\x00', 'completed', 1, now() FROM generate_series(1, 20000) g`,
+		`ANALYZE runs`,
+	} {
+		_, err := b.db.Exec(b.ctx, q)
+		require.NoError(t, err, q)
+	}
+	var pages int
+	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT pg_relation_size('runs') / current_setting('block_size')::int`).Scan(&pages))
+	var below int64
+	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT pk FROM runs WHERE id = 'done-101'`).Scan(&below))
+
+	tx, err := b.db.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck // read only
+	_, err = tx.Exec(b.ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
+	require.NoError(t, err)
+	var before, after int
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_stat_get_xact_blocks_fetched('runs'::regclass)`).Scan(&before))
+	page, err := List(b.ctx, tx, ListParams{Tenant: "acme", Cursor: EncodeCursor(below)})
+	require.NoError(t, err)
+	require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_stat_get_xact_blocks_fetched('runs'::regclass)`).Scan(&after))
+	require.Len(t, page.Runs, DefaultListLimit)
+	require.Equal(t, "done-100", page.Runs[0].ID)
+	require.Equal(t, "done-51", page.Runs[DefaultListLimit-1].ID)
+	require.Less(t, after-before, pages/10, "heap blocks of runs read for the page, of %d", pages)
+}
