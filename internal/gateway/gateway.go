@@ -147,7 +147,9 @@ func New(opts Options) (*Gateway, error) {
 		return nil, err
 	}
 	var err error
-	g.lists = newListBound(cfg.MaxListsPerTenant)
+	if g.lists, err = newListBound(cfg.MaxListsPerTenant, g.meter); err != nil {
+		return nil, err
+	}
 	if g.waits, err = newWaitHub(cfg, g.meter); err != nil {
 		return nil, err
 	}

@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/harvest-run/harvest/internal/testsignal"
@@ -34,13 +36,24 @@ type listBound struct {
 	// none has no entry.
 	byTenant map[string]int
 
+	// refused counts the listings answered 429 (no tenant label: the
+	// tenant goes on the request's span).
+	refused metric.Int64Counter
+
 	// entered tells a test the tenant of each listing admitted; it does
 	// nothing unless a test initialised it.
 	entered testsignal.Signal[string]
 }
 
-func newListBound(max int) *listBound {
-	return &listBound{max: max, byTenant: make(map[string]int)}
+func newListBound(max int, meter metric.Meter) (*listBound, error) {
+	b := &listBound{max: max, byTenant: make(map[string]int)}
+	var err error
+	if b.refused, err = meter.Int64Counter("harvest.gateway.lists.refused",
+		metric.WithDescription("Run listings (GET /v1/runs, a tenant's console runs page) answered 429 because their tenant already had as many in flight on the gateway as HARVEST_GATEWAY_MAX_LISTS_PER_TENANT allows."),
+		metric.WithUnit("{request}")); err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	return b, nil
 }
 
 // enter admits a listing of tenant, or returns the 429 to answer. An
@@ -49,6 +62,7 @@ func (b *listBound) enter(ctx context.Context, tenant string) *api.Error {
 	b.mu.Lock()
 	if b.byTenant[tenant] >= b.max {
 		b.mu.Unlock()
+		b.refused.Add(ctx, 1)
 		trace.SpanFromContext(ctx).SetAttributes(attribute.String("harvest.tenant", tenant),
 			attribute.Bool("harvest.list_refused", true))
 		e := api.NewError(api.CodeOverLimit,

@@ -8,9 +8,29 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/harvest-run/harvest/pkg/api"
 )
+
+// listsRefused reads harvest.gateway.lists.refused, which has no labels.
+func listsRefused(t *testing.T) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, metricReader.Collect(context.Background(), &rm))
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == "harvest.gateway.lists.refused" {
+				for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+					require.Zero(t, dp.Attributes.Len(), "no labels")
+					n += dp.Value
+				}
+			}
+		}
+	}
+	return n
+}
 
 // lockRuns locks the runs table of every shard, so that a listing waits
 // there as a long read of a big history would, until release.
@@ -53,8 +73,10 @@ func TestListsBoundedPerTenant(t *testing.T) {
 
 	heldA := b.getInBackground(secretA, "/v1/runs?status=failed")
 	entered(tenantOn[0])
+	refusedBefore := listsRefused(t)
 	status, body := b.call(t, http.MethodGet, "/v1/runs", secretA, nil)
 	require.Equal(t, http.StatusTooManyRequests, status, string(body))
+	require.Greater(t, listsRefused(t), refusedBefore, "the refusal is counted")
 	e := apiErr(t, body)
 	require.Equal(t, api.CodeOverLimit, e.Code)
 	require.Equal(t, int64(1000), e.RetryAfterMS)
