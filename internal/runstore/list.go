@@ -25,6 +25,12 @@ const (
 	// alone does). A run's error is the one listed field without a bound
 	// of its own.
 	MaxListBytes = 1 << 20
+	// DefaultListScan bounds the runs a filtered page reads: a filter
+	// that few runs match (a rare final status, a queue or a name) would
+	// otherwise read the tenant's whole history for one page. A page that
+	// reads this many without filling ends with a cursor, possibly with
+	// no runs at all; the next page goes on where it stopped.
+	DefaultListScan = 10_000
 )
 
 // ListParams selects a page of a tenant's runs. Zero fields do not filter.
@@ -44,6 +50,12 @@ type ListParams struct {
 	// MaxListBytes. A page holds at least one run however large, so that
 	// paging always moves on.
 	MaxBytes int
+	// MaxScan bounds the runs a page reads, matching its filter or not;
+	// zero means DefaultListScan. A page that reads that many without
+	// filling ends with a cursor below the last run it read. (Without a
+	// filter a page reads only the runs it returns, fewer than the
+	// default.)
+	MaxScan int
 }
 
 // ListResult is one page, newest run first.
@@ -67,9 +79,18 @@ var sqlRunListUnfinished = unfinishedOnly(sqlRunList)
 func unfinishedOnly(q string) string {
 	const anchor = "WHERE tenant = $1\n"
 	if strings.Count(q, anchor) != 1 {
-		panic("runstore: RunList.sql no longer has one line " + strconv.Quote(anchor))
+		panic("runstore: a listing's SQL no longer has one line " + strconv.Quote(anchor))
 	}
 	return strings.Replace(q, anchor, anchor+"  AND finished_at IS NULL\n", 1)
+}
+
+// listRow is a row of RunList: a run, its place in the page's stretch
+// (1 for the newest read), and whether it passes the filter (a row that
+// does not is the stretch's last, sent for its place).
+type listRow struct {
+	RunRow
+	Seen    int64 `db:"seen"`
+	Matched bool  `db:"matched"`
 }
 
 // ErrBadCursor means a list cursor was not made by List.
@@ -138,20 +159,34 @@ func List(ctx context.Context, db shard.Querier, p ListParams) (ListResult, erro
 	if len(p.Statuses) > 0 && !slices.ContainsFunc(p.Statuses, api.Status.Final) {
 		q = sqlRunListUnfinished
 	}
-	// One more row than asked tells whether another page exists.
-	rows, err := db.Query(ctx, q, p.Tenant, before, statuses, queue, name, limit+1)
+	scan := p.MaxScan
+	if scan <= 0 {
+		scan = DefaultListScan
+	}
+	// One more run than asked tells whether another page exists; the row
+	// after it, when it comes, is the stretch's last (RunList.sql).
+	rows, err := db.Query(ctx, q, p.Tenant, before, statuses, queue, name, limit+1, scan)
 	if err != nil {
 		return ListResult{}, fmt.Errorf("runstore: list runs: %w", err)
 	}
-	got, err := pgx.CollectRows(rows, pgx.RowToStructByName[RunRow])
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByName[listRow])
 	if err != nil {
 		return ListResult{}, fmt.Errorf("runstore: list runs: %w", err)
+	}
+	// The stretch's last run, when the page reached it without filling:
+	// the next page starts below it.
+	var stopAt int64
+	if n := len(got); n > 0 && got[n-1].Seen == int64(scan) {
+		stopAt = got[n-1].PK
+		if !got[n-1].Matched {
+			got = got[:n-1]
+		}
 	}
 	var out ListResult
 	var pks []int64
 	size, more := 0, false
 	for _, r := range got {
-		run := r.Run(p.Shard)
+		run := r.RunRow.Run(p.Shard)
 		item, err := json.Marshal(api.ListItem(run))
 		if err != nil {
 			return ListResult{}, fmt.Errorf("runstore: list runs: %w", err)
@@ -167,8 +202,13 @@ func List(ctx context.Context, db shard.Querier, p ListParams) (ListResult, erro
 		out.Runs = append(out.Runs, run)
 		pks = append(pks, r.PK)
 	}
-	if more {
+	switch {
+	case more:
 		out.NextCursor = EncodeCursor(pks[len(pks)-1])
+	case stopAt > 0:
+		// The stretch is read and the page is not full: the next page
+		// starts below it.
+		out.NextCursor = EncodeCursor(stopAt)
 	}
 	if out.Runs == nil {
 		out.Runs = []api.Run{}

@@ -14,7 +14,7 @@ import (
 // fails; per step the rates, claim waits and backlog, and per run the
 // database's CPU, WAL, commits and statements.
 func runBenchMix(ctx context.Context, e env, args []string) error {
-	fs := newFlags(e, "mix", "mix [--rate 100] [--ramp-step 100] [--ramp-every 45s] [--minutes 6] [--wait-bound 5s] [--workers 2] [--max-runs N]")
+	fs := newFlags(e, "mix", "mix [--rate 100] [--ramp-step 100] [--ramp-every 45s] [--minutes 6] [--wait-bound 5s] [--workers 2] [--max-runs N] [--cpuprofile FILE]")
 	minutes := fs.Float64("minutes", soak.DefaultMixDuration.Minutes(), "longest the ramp runs: as many whole steps as fit")
 	rate := fs.Float64("rate", soak.DefaultMixRate, "the first step's new starts per second over all tenants")
 	rampStep := fs.Float64("ramp-step", soak.DefaultMixRampStep, "what each step adds to the rate (0: every step at --rate)")
@@ -22,6 +22,7 @@ func runBenchMix(ctx context.Context, e env, args []string) error {
 	waitBound := fs.Duration("wait-bound", soak.DefaultWaitBound, "a step fails when its p95 claim wait passes this")
 	workers := fs.Int("workers", 2, "worker processes per shard")
 	maxRuns := fs.Int("max-runs", 1_000_000, "the gateways' system limit, HARVEST_MAX_RUNS (the shipped 128 would stop the ramp)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the harness (load, proxies, monitor; not the fleet's processes) to this file")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -51,6 +52,11 @@ func runBenchMix(ctx context.Context, e env, args []string) error {
 	if server == "" {
 		server = defaultBenchURL
 	}
+	stop, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stop()
 	return soak.RunMix(ctx, soak.MixOptions{
 		Bins:            soakBinaries(self),
 		ServerURL:       server,

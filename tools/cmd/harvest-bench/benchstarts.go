@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -61,17 +59,11 @@ func runBenchStarts(ctx context.Context, e env, args []string) error {
 	if cfg.ServerURL == "" {
 		cfg.ServerURL = defaultBenchURL
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
-	_, err := startbench.Run(ctx, cfg)
+	defer stop()
+	_, err = startbench.Run(ctx, cfg)
 	return err
 }
