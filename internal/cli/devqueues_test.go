@@ -123,6 +123,10 @@ func TestDevQueuesRunsAndDemo(t *testing.T) {
 	code, out, errOut = run(t, nil, "runs", "list", "--queue", "c", "--limit", "1", "--cursor", page.NextCursor)
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, c1.ID)
+	// The table's next-page command repeats the filters with the cursor.
+	code, out, errOut = run(t, nil, "runs", "list", "--queue", "c", "--status", "queued", "--limit", "1")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "\nnext page: harvest runs list --status queued --queue c --limit 1 --cursor "+page.NextCursor+"\n")
 
 	// runs cancel ends a queued run.
 	code, out, errOut = run(t, nil, "runs", "cancel", c1.ID, "--json")

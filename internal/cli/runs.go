@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -157,13 +158,26 @@ func runsList(ctx context.Context, e env, args []string) error {
 	if *asJSON {
 		return printJSON(e, page)
 	}
-	printRunTable(e.stdout, page)
+	// The next page's command repeats the filters: a cursor continues a
+	// listing only with the filters that made it.
+	var again []string
+	for _, f := range []struct{ flag, v string }{{"--status", *status}, {"--queue", *queue}, {"--name", *name}} {
+		if f.v != "" {
+			again = append(again, f.flag, shellWord(f.v))
+		}
+	}
+	if *limit > 0 {
+		again = append(again, "--limit", strconv.Itoa(*limit))
+	}
+	printRunTable(e.stdout, page, again)
 	return nil
 }
 
-// printRunTable writes a page as a table, then the next cursor when there
-// is one, so that a person can page through without --json.
-func printRunTable(w io.Writer, page api.RunList) {
+// printRunTable writes a page as a table, then the command for the next
+// page when there is one (flags, then its cursor), so that a person can
+// page through without --json. A filtered page can hold no runs and still
+// have a next page: it read as far as a page reads (docs/api.md).
+func printRunTable(w io.Writer, page api.RunList, flags []string) {
 	tw := tabwriter.NewWriter(w, 1, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tQUEUE\tNAME\tCREATED")
 	for _, r := range page.Runs {
@@ -171,8 +185,24 @@ func printRunTable(w io.Writer, page api.RunList) {
 	}
 	_ = tw.Flush()
 	if page.NextCursor != "" {
-		fmt.Fprintf(w, "\nnext page: harvest runs list --cursor %s\n", page.NextCursor)
+		if len(page.Runs) == 0 {
+			fmt.Fprintln(w, "(none in this stretch of the history; older runs are on the next page)")
+		}
+		cmd := append(append([]string{"harvest", "runs", "list"}, flags...), "--cursor", page.NextCursor)
+		fmt.Fprintf(w, "\nnext page: %s\n", strings.Join(cmd, " "))
 	}
+}
+
+// shellWord is v as one word of a POSIX shell command: as it is when it
+// holds only characters no shell treats specially, else single-quoted.
+func shellWord(v string) string {
+	safe := v != "" && strings.IndexFunc(v, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.,:/@+=", r))
+	}) < 0
+	if safe {
+		return v
+	}
+	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
 }
 
 func runsCancel(ctx context.Context, e env, args []string) error {
