@@ -65,6 +65,12 @@ type RunFilter struct {
 	Cursor string
 	// Limit is the page size; zero means DefaultRunLimit.
 	Limit int
+	// MaxScan bounds the runs a page reads on each shard, matching the
+	// filters or not (with Tenant, that tenant's runs); zero means
+	// runstore.DefaultListScan. A shard whose read ends there without
+	// filling the page is read on from there by the next page, so a page
+	// can be short, or empty, and still have a next one.
+	MaxScan int
 }
 
 // RunPage is one page of runs over every shard, newest first by creation

@@ -115,6 +115,18 @@ type listed struct {
 	shard     int
 	pk        int64
 	run       api.Run
+	// stretchEnd: the last run the shard's read could reach this page
+	// (RunFilter.MaxScan).
+	stretchEnd bool
+}
+
+// listRow is a row of RunListAll: a run, its place in the shard's
+// stretch (1 for the newest read), and whether it passes the filters (a
+// row that does not is the stretch's last, sent for its place).
+type listRow struct {
+	runstore.RunRow
+	Seen    int64 `db:"seen"`
+	Matched bool  `db:"matched"`
 }
 
 // newer orders runs of a page: created_at descending, then shard
@@ -173,6 +185,13 @@ func ListRuns(ctx context.Context, shards []*pgxpool.Pool, f RunFilter) (RunPage
 		places = p
 	}
 	tenant, queue, name := orNull(f.Tenant), orNull(f.Queue), orNull(f.Name)
+	scan := f.MaxScan
+	if scan <= 0 {
+		scan = runstore.DefaultListScan
+	}
+	// stretchEnds is, per shard, the pk of its stretch's last run when
+	// that run did not match (a shard's goroutine writes only its own).
+	stretchEnds := make([]int64, len(shards))
 
 	ok, down, err := fanOut(ctx, shards, func(ctx context.Context, shard int, db *pgxpool.Pool) ([]listed, error) {
 		p := places[shard]
@@ -183,21 +202,32 @@ func ListRuns(ctx context.Context, shards []*pgxpool.Pool, f RunFilter) (RunPage
 		if p.bound != 0 {
 			bound = p.bound
 		}
-		// One more row than the page tells whether rows are left after it.
-		rows, err := db.Query(ctx, sqlRunListAll, tenant, queue, name, statuses, bound, limit+1)
+		// One more row than the page tells whether rows are left after it;
+		// the row after that, when it comes, is the stretch's last.
+		rows, err := db.Query(ctx, sqlRunListAll, tenant, queue, name, statuses, bound, limit+1, scan)
 		if err != nil {
 			return nil, err
 		}
-		got, err := pgx.CollectRows(rows, pgx.RowToStructByName[runstore.RunRow])
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByName[listRow])
 		if err != nil {
 			return nil, err
 		}
 		// Only one branch of the query's union gives rows, each in pk
 		// order, but a union promises no order: the merge needs it.
-		slices.SortFunc(got, func(a, b runstore.RunRow) int { return cmp.Compare(b.PK, a.PK) })
-		out := make([]listed, len(got))
-		for i, r := range got {
-			out[i] = listed{createdUS: r.CreatedAt.UnixMicro(), shard: shard, pk: r.PK, run: r.Run(shard)}
+		slices.SortFunc(got, func(a, b listRow) int { return cmp.Compare(b.PK, a.PK) })
+		var out []listed
+		for _, r := range got {
+			l := listed{createdUS: r.CreatedAt.UnixMicro(), shard: shard, pk: r.PK, run: r.Run(shard)}
+			if r.Seen == int64(scan) {
+				// The stretch's last run: the shard's next read starts
+				// below it unless this page shows rows after it.
+				l.stretchEnd = true
+				if !r.Matched {
+					stretchEnds[shard] = r.PK
+					continue
+				}
+			}
+			out = append(out, l)
 		}
 		return out, nil
 	})
@@ -240,8 +270,19 @@ func ListRuns(ctx context.Context, shards []*pgxpool.Pool, f RunFilter) (RunPage
 		switch {
 		case places[a.Shard].exhausted:
 		case taken[i] == len(got) && len(got) <= limit:
-			// The shard had no row after the ones shown.
-			next[a.Shard] = place{exhausted: true}
+			// Every match of the shard's stretch is shown. When the
+			// stretch ended on a run, unmatched or the last shown, the
+			// next read goes on below it; below pk 1 there is nothing.
+			end := stretchEnds[a.Shard]
+			if end == 0 && len(got) > 0 && got[len(got)-1].stretchEnd {
+				end = got[len(got)-1].pk
+			}
+			if end > 1 {
+				next[a.Shard] = place{bound: end}
+			} else {
+				// The shard had no row after the ones shown.
+				next[a.Shard] = place{exhausted: true}
+			}
 		case taken[i] > 0:
 			next[a.Shard] = place{bound: got[taken[i]-1].pk}
 		case places[a.Shard].bound == 0:
