@@ -117,7 +117,7 @@ func (c *Console) pageRuns(w http.ResponseWriter, r *http.Request) {
 		leave, e := c.be.EnterRunList(r.Context(), p.Tenant)
 		if e != nil {
 			if e.RetryAfterMS > 0 {
-				w.Header().Set("Retry-After", strconv.FormatInt((e.RetryAfterMS+999)/1000, 10))
+				w.Header().Set("Retry-After", strconv.FormatInt(e.RetryAfterSeconds(), 10))
 			}
 			d.Error, status = e.Message, http.StatusTooManyRequests
 		} else {

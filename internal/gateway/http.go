@@ -533,7 +533,7 @@ func writeError(w http.ResponseWriter, e *api.Error) {
 		rec.err = e
 	}
 	if (e.Code == api.CodeOverLimit || e.Code == api.CodeUnavailable) && e.RetryAfterMS > 0 {
-		w.Header().Set("Retry-After", strconv.FormatInt((e.RetryAfterMS+999)/1000, 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(e.RetryAfterSeconds(), 10))
 	}
 	writeJSON(w, e.Status, api.ErrorBody{Error: e})
 }

@@ -63,6 +63,17 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s (%d): %s", e.Code, e.Status, e.Message)
 }
 
+// RetryAfterSeconds is RetryAfterMS in whole seconds, rounded up, as the
+// Retry-After header carries it: a wait shorter than a second is sent as
+// one, never as zero (which would ask for a retry at once). Zero when the
+// error asks for no wait.
+func (e *Error) RetryAfterSeconds() int64 {
+	if e.RetryAfterMS <= 0 {
+		return 0
+	}
+	return (e.RetryAfterMS + 999) / 1000
+}
+
 // ErrorBody is the JSON envelope of an Error.
 type ErrorBody struct {
 	Error *Error `json:"error"`
