@@ -20,12 +20,12 @@ import (
 const listRetryAfter = time.Second
 
 // listBound bounds the run listings (GET /v1/runs) a gateway reads at once
-// for each tenant. A listing reads the tenant's runs newest first until its
-// page is full, so a filter few runs match (a final status, a queue, a
-// name) reads a long history to fill one page, on a connection of the
-// shard's pool, the pool the gateway's starts commit through. Without a
-// bound, one tenant's listings sent side by side could hold every
-// connection, and every tenant's starts would wait for them. Past the
+// for each tenant. A listing with a filter few runs match (a final
+// status, a queue, a name) reads up to runstore.DefaultListScan runs for
+// one page, tens of milliseconds, on a connection of the shard's pool, the
+// pool the gateway's starts commit through. Without a bound, one tenant's
+// listings sent side by side could hold every connection, and every
+// tenant's starts would wait for them. Past the
 // bound a listing is answered 429 with Retry-After at once, as a long
 // poll past its bound is.
 type listBound struct {
