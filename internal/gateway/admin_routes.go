@@ -401,6 +401,16 @@ func (g *Gateway) httpKeys(w http.ResponseWriter, r *http.Request, p auth.Princi
 		writeError(w, e)
 		return
 	}
+	if p.Tenant != "" {
+		// The view counts the queue's pending tasks on every shard, a read
+		// that grows with the backlog: a tenant's calls share its bound of
+		// listings in flight (operators' do not).
+		if e := g.lists.enter(r.Context(), p.Tenant); e != nil {
+			writeError(w, e)
+			return
+		}
+		defer g.lists.leave(p.Tenant)
+	}
 	res, err := weights.Keys(r.Context(), g.weightShards(), r.PathValue("queue"), limit, g.readOpts(p)...)
 	if err != nil {
 		writeError(w, g.apiError(err, 0, "keys"))

@@ -62,7 +62,7 @@ type Config struct {
 
 	// Run listings read a tenant's runs until a page is full, on the pool
 	// the starts commit through: each tenant has a bound of its own.
-	MaxListsPerTenant int `envconfig:"GATEWAY_MAX_LISTS_PER_TENANT" default:"2" desc:"most run listings (GET /v1/runs) the gateway reads at once for one tenant; more get 429 over_limit with Retry-After. Keep it below HARVEST_GATEWAY_POOL_SIZE, so that one tenant's listings cannot hold every connection the shard's starts need"`
+	MaxListsPerTenant int `envconfig:"GATEWAY_MAX_LISTS_PER_TENANT" default:"2" desc:"most listings the gateway reads at once for one tenant: run listings (GET /v1/runs, the tenant's console runs page) and per-key views (GET /v1/queues/{queue}/keys) together; more get 429 over_limit with Retry-After. Keep it below HARVEST_GATEWAY_POOL_SIZE, so that one tenant's listings cannot hold every connection the shard's starts need"`
 
 	// Shedding (shed.go, docs/operations.md "Overload"): each shard has a
 	// budget of starts in flight on the gateway, HTTP and NATS together,

@@ -19,8 +19,10 @@ import (
 // statement's time.
 const listRetryAfter = time.Second
 
-// listBound bounds the run listings (GET /v1/runs) a gateway reads at once
-// for each tenant. A listing with a filter few runs match (a final
+// listBound bounds the listings a gateway reads at once for each tenant:
+// its run listings (GET /v1/runs, its console session's runs page) and its
+// per-key views (GET /v1/queues/{queue}/keys, which counts the queue's
+// pending tasks). A listing with a filter few runs match (a final
 // status, a queue, a name) reads up to runstore.DefaultListScan runs for
 // one page, tens of milliseconds, on a connection of the shard's pool, the
 // pool the gateway's starts commit through. Without a bound, one tenant's
@@ -49,7 +51,7 @@ func newListBound(max int, meter metric.Meter) (*listBound, error) {
 	b := &listBound{max: max, byTenant: make(map[string]int)}
 	var err error
 	if b.refused, err = meter.Int64Counter("harvest.gateway.lists.refused",
-		metric.WithDescription("Run listings (GET /v1/runs, a tenant's console runs page) answered 429 because their tenant already had as many in flight on the gateway as HARVEST_GATEWAY_MAX_LISTS_PER_TENANT allows."),
+		metric.WithDescription("Listings of a tenant (GET /v1/runs, its console runs page, GET /v1/queues/{queue}/keys) answered 429 because the tenant already had as many in flight on the gateway as HARVEST_GATEWAY_MAX_LISTS_PER_TENANT allows."),
 		metric.WithUnit("{request}")); err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
 	}
@@ -66,7 +68,7 @@ func (b *listBound) enter(ctx context.Context, tenant string) *api.Error {
 		trace.SpanFromContext(ctx).SetAttributes(attribute.String("harvest.tenant", tenant),
 			attribute.Bool("harvest.list_refused", true))
 		e := api.NewError(api.CodeOverLimit,
-			"tenant %s already has %d run listings in flight on this gateway, its bound (HARVEST_GATEWAY_MAX_LISTS_PER_TENANT): list again after retry_after_ms",
+			"tenant %s already has %d listings (of runs or of a queue's keys) in flight on this gateway, its bound (HARVEST_GATEWAY_MAX_LISTS_PER_TENANT): list again after retry_after_ms",
 			tenant, b.max)
 		e.RetryAfterMS = listRetryAfter.Milliseconds()
 		return e

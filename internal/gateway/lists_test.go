@@ -36,12 +36,19 @@ func listsRefused(t *testing.T) int64 {
 // there as a long read of a big history would, until release.
 func (b *bundle) lockRuns(ctx context.Context, t *testing.T) (release func()) {
 	t.Helper()
+	return b.lockTable(ctx, t, "runs")
+}
+
+// lockTable locks table on every shard, so that a read of it waits there
+// until release.
+func (b *bundle) lockTable(ctx context.Context, t *testing.T, table string) (release func()) {
+	t.Helper()
 	var locks []pgx.Tx
 	for _, db := range b.dbs {
 		tx, err := db.Begin(ctx)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = tx.Rollback(context.Background()) }) // a no-op once released
-		_, err = tx.Exec(ctx, `LOCK TABLE runs IN ACCESS EXCLUSIVE MODE`)
+		_, err = tx.Exec(ctx, `LOCK TABLE `+pgx.Identifier{table}.Sanitize()+` IN ACCESS EXCLUSIVE MODE`)
 		require.NoError(t, err)
 		locks = append(locks, tx)
 	}
@@ -150,4 +157,53 @@ func TestConsoleRunsPageSharesTheTenantsListBound(t *testing.T) {
 	require.Equal(t, http.StatusOK, <-rootStatus)
 	status, page = tenantBr.get("/admin/runs")
 	require.Equal(t, http.StatusOK, status, page)
+}
+
+// A tenant's per-key view of a queue counts the queue's pending tasks, a
+// read that grows with the backlog, so it shares the tenant's bound of
+// listings in flight: while the tenant's view is held on the shards, its
+// next view and its run listing are answered 429; another tenant's
+// listing and an operator's view are read.
+func TestKeysViewSharesTheTenantsListBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{Tune: func(c *Config) { c.MaxListsPerTenant = 1 }})
+	b.gw.lists.entered.Init()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	entered := func(tenant string) {
+		t.Helper()
+		_, err := b.gw.lists.entered.WaitFor(ctx, func(got string) bool { return got == tenant })
+		require.NoError(t, err, "a listing of %s admitted", tenant)
+	}
+	release := b.lockTable(ctx, t, "tasks")
+
+	held := b.getInBackground(secretAOps, "/v1/queues/shared/keys")
+	entered(tenantOn[0])
+	for _, c := range []struct{ secret, path string }{
+		{secretAOps, "/v1/queues/shared/keys"},
+		{secretA, "/v1/runs"},
+	} {
+		status, body := b.call(t, http.MethodGet, c.path, c.secret, nil)
+		require.Equal(t, http.StatusTooManyRequests, status, "%s: %s", c.path, body)
+		e := apiErr(t, body)
+		require.Equal(t, api.CodeOverLimit, e.Code)
+		require.Contains(t, e.Message, "HARVEST_GATEWAY_MAX_LISTS_PER_TENANT")
+	}
+	// The other tenant's listing is admitted, and an operator's view is
+	// not counted at all; both wait on the lock like the first.
+	heldB := b.getInBackground(secretB, "/v1/runs")
+	entered(tenantOn[1])
+	heldOps := b.getInBackground(secretWRead, "/v1/queues/shared/keys")
+
+	release()
+	for _, h := range []<-chan waitAnswer{held, heldB, heldOps} {
+		a := <-h
+		require.Equal(t, http.StatusOK, a.status, string(a.body))
+	}
+	status, body := b.call(t, http.MethodGet, "/v1/queues/shared/keys", secretAOps, nil)
+	require.Equal(t, http.StatusOK, status, string(body))
+	b.gw.lists.mu.Lock()
+	left := len(b.gw.lists.byTenant)
+	b.gw.lists.mu.Unlock()
+	require.Zero(t, left, "no listing left in flight")
 }
