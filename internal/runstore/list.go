@@ -25,9 +25,9 @@ const (
 	// alone does). A run's error is the one listed field without a bound
 	// of its own.
 	MaxListBytes = 1 << 20
-	// DefaultListScan bounds the runs a filtered page reads: a filter
-	// that few runs match (a rare final status, a queue or a name) would
-	// otherwise read the tenant's whole history for one page. A page that
+	// DefaultListScan bounds the runs a page reads, matching or not: a
+	// filter that few runs match (a rare final status, a queue or a name)
+	// would otherwise read the tenant's whole history for one page. A page that
 	// reads this many without filling ends with a cursor, possibly with
 	// no runs at all; the next page goes on where it stopped.
 	DefaultListScan = 10_000
@@ -205,9 +205,9 @@ func List(ctx context.Context, db shard.Querier, p ListParams) (ListResult, erro
 	switch {
 	case more:
 		out.NextCursor = EncodeCursor(pks[len(pks)-1])
-	case stopAt > 0:
+	case stopAt > 1:
 		// The stretch is read and the page is not full: the next page
-		// starts below it.
+		// starts below it (below pk 1 there is nothing).
 		out.NextCursor = EncodeCursor(stopAt)
 	}
 	if out.Runs == nil {
