@@ -32,6 +32,31 @@ func listsRefused(t *testing.T) int64 {
 	return n
 }
 
+// setupOneList gives a gateway that reads one listing of a tenant at a
+// time, a context that ends the test's waits, and entered, which waits
+// until a listing of tenant is admitted.
+func setupOneList(t *testing.T) (*bundle, context.Context, func(tenant string)) {
+	t.Helper()
+	b := setup(t, setupOpts{Tune: func(c *Config) { c.MaxListsPerTenant = 1 }})
+	b.gw.lists.entered.Init()
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	t.Cleanup(cancel)
+	return b, ctx, func(tenant string) {
+		t.Helper()
+		_, err := b.gw.lists.entered.WaitFor(ctx, func(got string) bool { return got == tenant })
+		require.NoError(t, err, "a listing of %s admitted", tenant)
+	}
+}
+
+// requireNoListsLeft checks that every listing admitted has left.
+func (b *bundle) requireNoListsLeft(t *testing.T) {
+	t.Helper()
+	b.gw.lists.mu.Lock()
+	left := len(b.gw.lists.byTenant)
+	b.gw.lists.mu.Unlock()
+	require.Zero(t, left, "no listing left in flight")
+}
+
 // lockRuns locks the runs table of every shard, so that a listing waits
 // there as a long read of a big history would, until release.
 func (b *bundle) lockRuns(ctx context.Context, t *testing.T) (release func()) {
@@ -67,15 +92,7 @@ func (b *bundle) lockTable(ctx context.Context, t *testing.T, table string) (rel
 // big history would hold them.
 func TestListsBoundedPerTenant(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{Tune: func(c *Config) { c.MaxListsPerTenant = 1 }})
-	b.gw.lists.entered.Init()
-	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
-	defer cancel()
-	entered := func(tenant string) {
-		t.Helper()
-		_, err := b.gw.lists.entered.WaitFor(ctx, func(got string) bool { return got == tenant })
-		require.NoError(t, err, "a listing of %s admitted", tenant)
-	}
+	b, ctx, entered := setupOneList(t)
 	release := b.lockRuns(ctx, t)
 
 	heldA := b.getInBackground(secretA, "/v1/runs?status=failed")
@@ -100,10 +117,7 @@ func TestListsBoundedPerTenant(t *testing.T) {
 	}
 	status, body = b.call(t, http.MethodGet, "/v1/runs", secretA, nil)
 	require.Equal(t, http.StatusOK, status, string(body))
-	b.gw.lists.mu.Lock()
-	left := len(b.gw.lists.byTenant)
-	b.gw.lists.mu.Unlock()
-	require.Zero(t, left, "no listing left in flight")
+	b.requireNoListsLeft(t)
 }
 
 // A tenant's session of the console shares the tenant's bound: while its
@@ -166,15 +180,7 @@ func TestConsoleRunsPageSharesTheTenantsListBound(t *testing.T) {
 // listing and an operator's view are read.
 func TestKeysViewSharesTheTenantsListBound(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{Tune: func(c *Config) { c.MaxListsPerTenant = 1 }})
-	b.gw.lists.entered.Init()
-	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
-	defer cancel()
-	entered := func(tenant string) {
-		t.Helper()
-		_, err := b.gw.lists.entered.WaitFor(ctx, func(got string) bool { return got == tenant })
-		require.NoError(t, err, "a listing of %s admitted", tenant)
-	}
+	b, ctx, entered := setupOneList(t)
 	release := b.lockTable(ctx, t, "tasks")
 
 	held := b.getInBackground(secretAOps, "/v1/queues/shared/keys")
@@ -202,8 +208,5 @@ func TestKeysViewSharesTheTenantsListBound(t *testing.T) {
 	}
 	status, body := b.call(t, http.MethodGet, "/v1/queues/shared/keys", secretAOps, nil)
 	require.Equal(t, http.StatusOK, status, string(body))
-	b.gw.lists.mu.Lock()
-	left := len(b.gw.lists.byTenant)
-	b.gw.lists.mu.Unlock()
-	require.Zero(t, left, "no listing left in flight")
+	b.requireNoListsLeft(t)
 }
