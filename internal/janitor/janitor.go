@@ -41,6 +41,7 @@ type Settings struct {
 	BucketIdleWindow   time.Duration `envconfig:"RATE_BUCKET_IDLE_WINDOW" default:"1h" desc:"a rate bucket or fairness key untouched this long counts as idle"`
 	FairRepairInterval time.Duration `envconfig:"FAIR_REPAIR_INTERVAL" default:"1m" desc:"how often one janitor of the shard rebuilds the fair claim's key heads from the task rows while claims go on (0: never)"`
 	FairPruneInterval  time.Duration `envconfig:"FAIR_PRUNE_INTERVAL" default:"1m" desc:"how often one janitor of the shard prunes idle fairness state, taking each fair queue's lock in turn (0: every tick)"`
+	RecountInterval    time.Duration `envconfig:"RECOUNT_INTERVAL" default:"1m" desc:"how often one janitor of the shard checks each tenant's running count against its unfinished runs and heals a count that drifted; the check reads every unfinished run of the shard (0: every tick)"`
 	AuditRetention     time.Duration `envconfig:"AUDIT_RETENTION" default:"2160h" desc:"delete audit rows this long after they were written, in batches (0: keep them for ever, logged as a warning at start)"`
 }
 
@@ -64,6 +65,14 @@ const DefaultFairRepairInterval = time.Minute
 // the claims several times a second (docs/reliability.md).
 const DefaultFairPruneInterval = time.Minute
 
+// DefaultRecountInterval is how often the running counts are checked
+// against the unfinished runs. A start or a finish changes its run and the
+// counts in one transaction, so only a hand edit or a bug makes them
+// drift: the check is a safety net. It reads every unfinished run of the
+// shard, which grows with the backlog (half a second of CPU at a million
+// queued runs), so it is not run on every tick.
+const DefaultRecountInterval = time.Minute
+
 // DefaultAuditRetention is how long audit rows are kept: 90 days, long
 // enough to look back over a quarter's changes, short enough that rows a
 // tenant can cause (its own weight changes, folded refusals) cannot grow
@@ -74,7 +83,7 @@ const DefaultAuditRetention = 90 * 24 * time.Hour
 func DefaultSettings() Settings {
 	return Settings{Retention: DefaultRetention, BucketGC: true, BucketIdleWindow: DefaultBucketIdleWindow,
 		FairRepairInterval: DefaultFairRepairInterval, FairPruneInterval: DefaultFairPruneInterval,
-		AuditRetention: DefaultAuditRetention}
+		RecountInterval: DefaultRecountInterval, AuditRetention: DefaultAuditRetention}
 }
 
 // Report is what one tick did: its counts, and the runs it fired.
@@ -95,7 +104,7 @@ type Counts struct {
 	FailedRuns     int  // runs failed because an expired lease used their last attempt
 	Promoted       int  // scheduled tasks made claimable
 	Exclusive      bool // this janitor held the lock for the jobs below
-	Recounted      int  // tenants whose running count was wrong and was fixed
+	Recounted      int  // tenants whose running count was wrong and was fixed (checked once per RecountInterval)
 	DeletedRuns    int  // finished runs deleted past the retention period
 	DeletedAudit   int  // audit rows deleted past the audit retention
 	DeletedBuckets int  // idle rate buckets dropped

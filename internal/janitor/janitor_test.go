@@ -122,15 +122,53 @@ func TestRecountHealsRunningCounts(t *testing.T) {
 	// A crash of some earlier release left the counts wrong.
 	_, err := b.db.Exec(b.ctx, `UPDATE tenant_running SET running = CASE tenant WHEN 'a' THEN 7 ELSE 0 END`)
 	require.NoError(t, err)
-	rep, err := janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	every := janitor.DefaultSettings()
+	every.RecountInterval = 0 // every tick: the test ticks twice in a row
+	rep, err := janitor.Tick(b.ctx, b.db, every)
 	require.NoError(t, err)
 	require.Equal(t, 2, rep.Recounted)
 	require.Equal(t, 2, b.scalar(`SELECT running FROM tenant_running WHERE tenant = 'a'`))
 	require.Equal(t, 1, b.scalar(`SELECT running FROM tenant_running WHERE tenant = 'b'`))
 
-	rep, err = janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	rep, err = janitor.Tick(b.ctx, b.db, every)
 	require.NoError(t, err)
 	require.Zero(t, rep.Recounted, "right counts are left alone")
+}
+
+// The recount reads every unfinished run of the shard, so at the defaults
+// one janitor of the shard makes it once per RecountInterval, not on every
+// tick; a count that drifts in between is healed at the next one due.
+func TestRecountRunsOncePerInterval(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.task(taskOpts{Tenant: "a"})
+	drift := func() {
+		t.Helper()
+		_, err := b.db.Exec(b.ctx, `UPDATE tenant_running SET running = 5 WHERE tenant = 'a'`)
+		require.NoError(t, err)
+	}
+	drift()
+	rep, err := janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.True(t, rep.Exclusive)
+	require.Equal(t, 1, rep.Recounted, "the shard's first tick recounts")
+	require.Equal(t, 1, b.scalar(`SELECT running FROM tenant_running WHERE tenant = 'a'`))
+
+	drift()
+	rep, err = janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.True(t, rep.Exclusive)
+	require.Zero(t, rep.Recounted, "within the interval the recount waits")
+	require.Equal(t, 5, b.scalar(`SELECT running FROM tenant_running WHERE tenant = 'a'`))
+
+	// The interval has passed (the last recount's time moved back by it).
+	_, err = b.db.Exec(b.ctx, `UPDATE settings SET value = to_jsonb(now() - $1::bigint * interval '1 microsecond')
+		WHERE name = 'janitor.recounted_at'`, janitor.DefaultRecountInterval.Microseconds())
+	require.NoError(t, err)
+	rep, err = janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Recounted, "the next recount due heals the count")
+	require.Equal(t, 1, b.scalar(`SELECT running FROM tenant_running WHERE tenant = 'a'`))
 }
 
 func TestDeletesFinishedRunsPastRetention(t *testing.T) {

@@ -31,6 +31,7 @@ var lockedJobs = []lockedJob{
 	deferredPruner{batch: DefaultDeleteBatch},
 	repairScheduler{},
 	pruneScheduler{},
+	recountScheduler{},
 }
 
 // The same janitor runs these after that transaction committed.
@@ -70,12 +71,13 @@ type sharedJob interface {
 // database clock read in it, and what the locked jobs found for the jobs
 // after them.
 type lockedTick struct {
-	tx     pgx.Tx
-	now    time.Time
-	s      Settings
-	rep    *Report
-	repair bool // the fair repair is due
-	prune  bool // the prune of idle fairness state is due
+	tx      pgx.Tx
+	now     time.Time
+	s       Settings
+	rep     *Report
+	repair  bool // the fair repair is due
+	prune   bool // the prune of idle fairness state is due
+	recount bool // the recount of the running counts is due
 }
 
 type lockedJob interface {
@@ -185,6 +187,19 @@ func (pruneScheduler) runLocked(ctx context.Context, t *lockedTick) error {
 	return t.tx.QueryRow(ctx, sqlJobDue, t.s.FairPruneInterval.Microseconds(), "fair_pruned_at").Scan(&t.prune)
 }
 
+// recountScheduler decides whether this tick checks the running counts:
+// at most once per RecountInterval on the shard (every tick when it is 0).
+type recountScheduler struct{}
+
+func (recountScheduler) name() string { return "schedule the recount" }
+func (recountScheduler) runLocked(ctx context.Context, t *lockedTick) error {
+	if t.s.RecountInterval <= 0 {
+		t.recount = true
+		return nil
+	}
+	return t.tx.QueryRow(ctx, sqlJobDue, t.s.RecountInterval.Microseconds(), "recounted_at").Scan(&t.recount)
+}
+
 // fairPruner drops idle fairness state when the prune is due; each queue
 // in a statement of its own under that queue's fair lock.
 type fairPruner struct{}
@@ -224,12 +239,16 @@ func (fairVacuum) runAfter(ctx context.Context, db shard.Beginner, _ *lockedTick
 	return err
 }
 
-// recounter fixes running counts that drifted from the unfinished runs, in
-// its own short transaction that locks only the counts that drifted.
+// recounter fixes running counts that drifted from the unfinished runs,
+// when the recount is due, in its own short transaction that locks only
+// the counts that drifted.
 type recounter struct{}
 
 func (recounter) name() string { return "recount running" }
 func (recounter) runAfter(ctx context.Context, db shard.Beginner, t *lockedTick) error {
+	if !t.recount {
+		return nil
+	}
 	fixed, err := tenantcap.Recount(ctx, db)
 	t.rep.Recounted = len(fixed)
 	return err

@@ -67,6 +67,7 @@ func TestConfigValidateNamesTheVariable(t *testing.T) {
 		"HARVEST_WORKER_HANDLE_TIMEOUT":        func(c *Config) { c.HandleTimeout = 0 },
 		"HARVEST_WORKER_DEFAULT_TIMEOUT":       func(c *Config) { c.DefaultTimeout = 0 },
 		"HARVEST_FAIR_PRUNE_INTERVAL":          func(c *Config) { c.FairPruneInterval = -time.Second },
+		"HARVEST_RECOUNT_INTERVAL":             func(c *Config) { c.RecountInterval = -time.Second },
 		"HARVEST_AUDIT_RETENTION":              func(c *Config) { c.AuditRetention = -time.Hour },
 	}
 	for name, mutate := range cases {

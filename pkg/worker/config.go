@@ -107,6 +107,11 @@ type JanitorConfig struct {
 	// fairness state, taking each fair queue's lock in turn (0: every
 	// tick).
 	FairPruneInterval time.Duration
+	// RecountInterval is how often one janitor of the shard checks the
+	// tenants' running counts against their unfinished runs and heals a
+	// count that drifted, a read of every unfinished run of the shard (0:
+	// every tick).
+	RecountInterval time.Duration
 	// AuditRetention is how long audit rows are kept; older ones are
 	// deleted in batches (0: kept for ever, which the janitor logs as a
 	// warning when it starts).
@@ -133,6 +138,7 @@ const (
 	DefaultBucketIdleWindow   = janitor.DefaultBucketIdleWindow
 	DefaultFairRepairInterval = janitor.DefaultFairRepairInterval
 	DefaultFairPruneInterval  = janitor.DefaultFairPruneInterval
+	DefaultRecountInterval    = janitor.DefaultRecountInterval
 	DefaultAuditRetention     = janitor.DefaultAuditRetention
 )
 
@@ -254,6 +260,8 @@ func (c Config) Validate() error {
 		return invalid("Janitor.FairRepairInterval", "%s must not be negative", c.Janitor.FairRepairInterval)
 	case c.Janitor.FairPruneInterval < 0:
 		return invalid("Janitor.FairPruneInterval", "%s must not be negative", c.Janitor.FairPruneInterval)
+	case c.Janitor.RecountInterval < 0:
+		return invalid("Janitor.RecountInterval", "%s must not be negative", c.Janitor.RecountInterval)
 	case c.Janitor.AuditRetention < 0:
 		return invalid("Janitor.AuditRetention", "%s must not be negative (0 keeps audit rows for ever)", c.Janitor.AuditRetention)
 	}

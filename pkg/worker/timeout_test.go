@@ -75,10 +75,12 @@ func TestConfigValidateNamesTheNewFields(t *testing.T) {
 	require.Equal(t, worker.DefaultTimeout, d.DefaultTimeout)
 	require.Equal(t, worker.DefaultFairPruneInterval, d.Janitor.FairPruneInterval)
 	require.Equal(t, worker.DefaultAuditRetention, d.Janitor.AuditRetention)
+	require.Equal(t, worker.DefaultRecountInterval, d.Janitor.RecountInterval)
 	cases := map[string]func(*worker.Config){
 		"DefaultTimeout":            func(c *worker.Config) { c.DefaultTimeout = 0 },
 		"Janitor.FairPruneInterval": func(c *worker.Config) { c.Janitor.FairPruneInterval = -time.Second },
 		"Janitor.AuditRetention":    func(c *worker.Config) { c.Janitor.AuditRetention = -time.Hour },
+		"Janitor.RecountInterval":   func(c *worker.Config) { c.Janitor.RecountInterval = -time.Second },
 	}
 	for field, mutate := range cases {
 		c := worker.DefaultConfig()
@@ -88,6 +90,6 @@ func TestConfigValidateNamesTheNewFields(t *testing.T) {
 		require.Equal(t, field, ce.Field)
 	}
 	c := worker.DefaultConfig()
-	c.Janitor.AuditRetention, c.Janitor.FairPruneInterval = 0, 0
-	require.NoError(t, c.Validate(), "0 keeps audit rows for ever, and prunes on every tick")
+	c.Janitor.AuditRetention, c.Janitor.FairPruneInterval, c.Janitor.RecountInterval = 0, 0, 0
+	require.NoError(t, c.Validate(), "0 keeps audit rows for ever, and prunes and recounts on every tick")
 }
