@@ -115,15 +115,10 @@ func TestListOfUnfinishedStatusesReadsNoHistory(t *testing.T) {
 		tx, err := b.db.Begin(b.ctx)
 		require.NoError(t, err)
 		defer tx.Rollback(b.ctx) //nolint:errcheck // read only
-		blocks := func() int {
-			var n int
-			require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_stat_get_xact_blocks_fetched('runs'::regclass)`).Scan(&n))
-			return n
-		}
-		before := blocks()
+		blocks := testsvc.BlocksRead(b.ctx, t, tx, "runs")
 		page, err := List(b.ctx, tx, ListParams{Tenant: tenant, Statuses: statuses})
 		require.NoError(t, err)
-		read := blocks() - before
+		read := blocks()
 		ids := []string{}
 		for _, r := range page.Runs {
 			ids = append(ids, r.ID)
@@ -177,15 +172,14 @@ func TestListPageDeepInHistoryReadsFromItsCursor(t *testing.T) {
 	defer tx.Rollback(b.ctx) //nolint:errcheck // read only
 	_, err = tx.Exec(b.ctx, `SET LOCAL plan_cache_mode = force_generic_plan`)
 	require.NoError(t, err)
-	var before, after int
-	require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_stat_get_xact_blocks_fetched('runs'::regclass)`).Scan(&before))
+	blocks := testsvc.BlocksRead(b.ctx, t, tx, "runs")
 	page, err := List(b.ctx, tx, ListParams{Tenant: "acme", Cursor: EncodeCursor(below)})
 	require.NoError(t, err)
-	require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_stat_get_xact_blocks_fetched('runs'::regclass)`).Scan(&after))
+	read := blocks()
 	require.Len(t, page.Runs, DefaultListLimit)
 	require.Equal(t, "done-100", page.Runs[0].ID)
 	require.Equal(t, "done-51", page.Runs[DefaultListLimit-1].ID)
-	require.Less(t, after-before, pages/10, "heap blocks of runs read for the page, of %d", pages)
+	require.Less(t, read, pages/10, "heap blocks of runs read for the page, of %d", pages)
 }
 
 // A filtered page reads a bounded stretch of the tenant's runs, whatever
@@ -224,15 +218,10 @@ func TestListFilteredPageReadsABoundedStretch(t *testing.T) {
 		defer tx.Rollback(b.ctx) //nolint:errcheck // read only
 		_, err = tx.Exec(b.ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode)
 		require.NoError(t, err)
-		blocks := func() int {
-			var n int
-			require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_stat_get_xact_blocks_fetched('runs'::regclass)`).Scan(&n))
-			return n
-		}
-		before := blocks()
+		blocks := testsvc.BlocksRead(b.ctx, t, tx, "runs")
 		res, err := List(b.ctx, tx, p)
 		require.NoError(t, err)
-		return res, blocks() - before
+		return res, blocks()
 	}
 	for _, c := range []struct {
 		scan  int

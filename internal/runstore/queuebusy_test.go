@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/api"
 )
 
@@ -57,12 +58,11 @@ func TestStartIntoDrainedQueueReadsNoBacklog(t *testing.T) {
 		tx, err := b.db.Begin(b.ctx)
 		require.NoError(t, err)
 		defer tx.Rollback(b.ctx) //nolint:errcheck // a no-op after commit
-		var before, after int
-		require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_stat_get_xact_blocks_fetched('tasks'::regclass)`).Scan(&before))
+		blocks := testsvc.BlocksRead(b.ctx, t, tx, "tasks")
 		require.True(t, write(b.ctx, tx), "the queue had pending work before the start")
-		require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_stat_get_xact_blocks_fetched('tasks'::regclass)`).Scan(&after))
+		read := blocks()
 		require.NoError(t, tx.Commit(b.ctx))
-		return after - before
+		return read
 	}
 	group := func(id string) func(ctx context.Context, tx pgx.Tx) bool {
 		return func(ctx context.Context, tx pgx.Tx) bool {

@@ -260,3 +260,35 @@ func TestStaleDatabasesOfGoneProcessesAreDropped(t *testing.T) {
 		require.True(t, databaseExists(t, adminURL, n), "%s was dropped", n)
 	}
 }
+
+// BlocksRead counts what the transaction reads of the table, and only
+// that: a scan of the whole table reads all its pages, a lookup of one row
+// by its key a few.
+func TestBlocksReadCountsTheTransactionsReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := NewDB(t)
+	_, err := db.Exec(ctx, `CREATE TABLE blocks_probe (id int PRIMARY KEY, pad text);
+		INSERT INTO blocks_probe SELECT g, repeat('x', 500) FROM generate_series(1, 2000) g;
+		ANALYZE blocks_probe`)
+	require.NoError(t, err)
+	var pages int
+	require.NoError(t, db.QueryRow(ctx, `SELECT relpages FROM pg_class WHERE relname = 'blocks_probe'`).Scan(&pages))
+	require.Greater(t, pages, 50)
+
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+	read := BlocksRead(ctx, t, tx, "blocks_probe")
+	require.Zero(t, read(), "nothing read yet")
+	_, err = tx.Exec(ctx, `SELECT count(*) FROM blocks_probe WHERE pad <> ''`)
+	require.NoError(t, err)
+	scan := read()
+	require.GreaterOrEqual(t, scan, pages, "a scan of the table reads every page")
+
+	one := BlocksRead(ctx, t, tx, "blocks_probe")
+	_, err = tx.Exec(ctx, `SELECT pad FROM blocks_probe WHERE id = 7`)
+	require.NoError(t, err)
+	require.Less(t, one(), 3, "a lookup by key reads its row's page")
+	require.GreaterOrEqual(t, read(), scan, "each counter goes on from its own start")
+}

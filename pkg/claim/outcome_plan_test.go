@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/harvest-run/harvest/internal/testsvc"
 	"github.com/harvest-run/harvest/pkg/claim"
 	"github.com/harvest-run/harvest/pkg/shard"
 )
@@ -61,16 +62,10 @@ func TestOutcomeBatchReadsByIndexOnAShardThatGrew(t *testing.T) {
 	tx, err := conn.Begin(b.ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(b.ctx) //nolint:errcheck // a no-op after commit
-	blocks := func() (tasks, runs int) {
-		t.Helper()
-		require.NoError(t, tx.QueryRow(b.ctx, `SELECT pg_stat_get_xact_blocks_fetched('tasks'::regclass),
-			pg_stat_get_xact_blocks_fetched('runs'::regclass)`).Scan(&tasks, &runs))
-		return tasks, runs
-	}
-	tasks0, runs0 := blocks()
+	tasks, runs := testsvc.BlocksRead(b.ctx, t, tx, "tasks"), testsvc.BlocksRead(b.ctx, t, tx, "runs")
 	complete(tx, ls)
-	tasks1, runs1 := blocks()
+	tasksRead, runsRead := tasks(), runs()
 	require.NoError(t, tx.Commit(b.ctx))
-	require.Less(t, tasks1-tasks0, 40, "the batch read the tasks table (%d pages)", pages)
-	require.Less(t, runs1-runs0, 40, "the batch read the runs table")
+	require.Less(t, tasksRead, 40, "the batch read the tasks table (%d pages)", pages)
+	require.Less(t, runsRead, 40, "the batch read the runs table")
 }

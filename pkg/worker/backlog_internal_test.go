@@ -31,15 +31,10 @@ func TestQueueBacklogReadsNoHistory(t *testing.T) {
 		tx, err := db.Begin(ctx)
 		require.NoError(t, err)
 		defer tx.Rollback(ctx) //nolint:errcheck // read only
-		blocks := func() int {
-			var n int
-			require.NoError(t, tx.QueryRow(ctx, `SELECT pg_stat_get_xact_blocks_fetched('tasks'::regclass)`).Scan(&n))
-			return n
-		}
-		before := blocks()
+		blocks := testsvc.BlocksRead(ctx, t, tx, "tasks")
 		var more bool
 		require.NoError(t, tx.QueryRow(ctx, sqlQueueBacklog, "q", id).Scan(&more))
-		return more, blocks() - before
+		return more, blocks()
 	}
 	more, read := backlog(last)
 	require.True(t, more, "another task of the queue is due")

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -71,15 +70,10 @@ func TestBacklogReadsNoHistory(t *testing.T) {
 	tx, err := db.Begin(ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after the commit
-	blocks := func(tx pgx.Tx) int {
-		var n int
-		require.NoError(t, tx.QueryRow(ctx, `SELECT pg_stat_get_xact_blocks_fetched('tasks'::regclass)`).Scan(&n))
-		return n
-	}
-	before := blocks(tx)
+	blocks := testsvc.BlocksRead(ctx, t, tx, "tasks")
 	depths, total, err := readBacklog(ctx, tx, []string{"q", "empty"})
 	require.NoError(t, err)
-	read := blocks(tx) - before
+	read := blocks()
 	require.NoError(t, tx.Commit(ctx))
 
 	require.Equal(t, []queueDepth{
