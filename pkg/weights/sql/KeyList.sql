@@ -5,12 +5,35 @@
 -- counted from the key index (the summary holds heads, not counts). With
 -- $4 set, only the keys bound to tenant $4: the key $4 and those under
 -- '$4/'.
-WITH v AS (
+--
+-- Counting every key's pending rows reads the queue's whole backlog, so
+-- only the operator's view (no $4) does; a tenant's view finds the keys
+-- with pending rows by a loose scan of the key index (one descent per
+-- key, as harvest_fair_repair does) and counts the rows of its own keys
+-- alone: another tenant's flood costs it one descent, not a read of every
+-- row. (Keys under '$4/' need not be neighbours in the index's collation,
+-- so the scan visits every key rather than a range.) Each half is gated on
+-- $4, so a generic plan runs one of them.
+WITH RECURSIVE v AS (
     SELECT harvest_clock($1) AS clock
+), pending_keys(key) AS (
+    (SELECT x.fairness_key FROM tasks x
+     WHERE $4::text IS NOT NULL AND x.queue = $1 AND x.state = 'pending'
+     ORDER BY x.fairness_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT x.fairness_key FROM tasks x
+            WHERE x.queue = $1 AND x.state = 'pending' AND x.fairness_key > k.key
+            ORDER BY x.fairness_key LIMIT 1)
+    FROM pending_keys k WHERE k.key IS NOT NULL
 ), waiting AS (
     SELECT x.fairness_key AS key, count(*) AS n FROM tasks x
-    WHERE x.queue = $1 AND x.state = 'pending'
+    WHERE $4::text IS NULL AND x.queue = $1 AND x.state = 'pending'
     GROUP BY x.fairness_key
+    UNION ALL
+    SELECT k.key, c.n FROM pending_keys k
+    CROSS JOIN LATERAL (SELECT count(*) AS n FROM tasks x
+                        WHERE x.queue = $1 AND x.fairness_key = k.key AND x.state = 'pending') c
+    WHERE k.key IS NOT NULL AND (k.key = $4::text OR starts_with(k.key, $4::text || '/'))
 ), recent AS (
     SELECT x.fairness_key AS key, count(*) AS n FROM tasks x
     WHERE x.queue = $1 AND x.claimed_at IS NOT NULL AND x.claimed_at >= coalesce($2::timestamptz, now() - interval '1 minute')

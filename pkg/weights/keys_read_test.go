@@ -1,0 +1,63 @@
+package weights_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/internal/testsvc"
+	"github.com/harvest-run/harvest/pkg/weights"
+)
+
+// A tenant's per-key view counts the pending rows of its own keys only:
+// another tenant's backlog in the same queue costs it a descent of the key
+// index, not a read of every row, under the plan the statement gets on its
+// first runs and under a generic one. The operator's view still counts
+// every key.
+func TestTenantKeysViewReadsNoOtherBacklog(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := testsvc.NewDB(t)
+	for _, q := range []string{
+		`INSERT INTO runs (tenant, id, name, queue, request_hash)
+			SELECT 'other', 'r' || g, 'echo', 'q', '\x00' FROM generate_series(1, 20000) g`,
+		`INSERT INTO tasks (run_pk, queue, fairness_key) SELECT pk, 'q', 'flood' FROM runs WHERE tenant = 'other'`,
+		`INSERT INTO runs (tenant, id, name, queue, request_hash)
+			SELECT 'acme', 'a' || g, 'echo', 'q', '\x00' FROM generate_series(1, 6) g`,
+		`INSERT INTO tasks (run_pk, queue, fairness_key)
+			SELECT pk, 'q', CASE WHEN id IN ('a1', 'a2', 'a3') THEN 'acme' WHEN id IN ('a4', 'a5') THEN 'acme/x' ELSE 'acmex' END
+			FROM runs WHERE tenant = 'acme'`,
+	} {
+		_, err := db.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+
+	for _, mode := range []string{"auto", "force_generic_plan"} {
+		tx, err := db.Begin(ctx)
+		require.NoError(t, err)
+		_, err = tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode)
+		require.NoError(t, err)
+		blocks := testsvc.BlocksRead(ctx, t, tx, "tasks")
+		view, err := weights.KeysOwned(ctx, tx, "q", "acme", 0)
+		require.NoError(t, err, mode)
+		read := blocks()
+		pending := map[string]int{}
+		for _, k := range view.Keys {
+			pending[k.Key] = k.Pending
+		}
+		require.Equal(t, map[string]int{"acme": 3, "acme/x": 2}, pending, mode)
+		require.Less(t, read, 100, "%s: heap blocks of tasks read for a tenant's view beside 20,000 rows of another's", mode)
+
+		all, err := weights.KeysOwned(ctx, tx, "q", "", 0)
+		require.NoError(t, err, mode)
+		pending = map[string]int{}
+		for _, k := range all.Keys {
+			pending[k.Key] = k.Pending
+		}
+		require.Equal(t, map[string]int{"acme": 3, "acme/x": 2, "acmex": 1, "flood": 20000}, pending, mode)
+		require.NoError(t, tx.Rollback(ctx))
+	}
+}
