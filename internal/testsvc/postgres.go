@@ -236,8 +236,33 @@ func NewDB(t testing.TB) *pgxpool.Pool {
 	if err != nil {
 		t.Fatalf("testsvc: connect to test database: %v", err)
 	}
-	t.Cleanup(pool.Close) // runs before the drop registered by NewDBURL
+	// Runs before the drop registered by NewDBURL.
+	t.Cleanup(func() { closePool(t, pool, poolCloseWait) })
 	return pool
+}
+
+// poolCloseWait is how long a test's pool may take to close at cleanup.
+const poolCloseWait = 15 * time.Second
+
+// closePool closes a test's pool. Close waits for every connection to be
+// given back, so a transaction the test left open (a check that failed
+// between Begin and Rollback, say) would hold the cleanup, and the whole
+// package with it, until the test binary's timeout. Past wait the test
+// fails, saying so, and the database is dropped anyway (the drop ends the
+// connections still open).
+func closePool(t testing.TB, pool *pgxpool.Pool, wait time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		pool.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		t.Errorf("testsvc: the test's pool still had %d connections in use %s after the test ended: a transaction or rows left open?",
+			pool.Stat().AcquiredConns(), wait)
+	}
 }
 
 // NewDBURL creates a migrated database for this test and returns its URL.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
@@ -291,4 +292,33 @@ func TestBlocksReadCountsTheTransactionsReads(t *testing.T) {
 	require.NoError(t, err)
 	require.Less(t, one(), 3, "a lookup by key reads its row's page")
 	require.GreaterOrEqual(t, read(), scan, "each counter goes on from its own start")
+}
+
+// A test that ends with a transaction open fails with a message at its
+// cleanup instead of holding the package until the binary's timeout.
+func TestOpenTransactionAtTheEndFailsTheTest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, NewDBURL(t))
+	require.NoError(t, err)
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	rec := &recordingTB{TB: t}
+	closePool(rec, pool, 100*time.Millisecond)
+	require.Len(t, rec.errors, 1)
+	require.Contains(t, rec.errors[0], "1 connections in use")
+	// Giving the connection back lets the close end.
+	require.NoError(t, tx.Rollback(ctx))
+}
+
+// recordingTB keeps the errors reported to it instead of failing the test.
+type recordingTB struct {
+	testing.TB
+	errors []string
+}
+
+func (r *recordingTB) Helper() {}
+
+func (r *recordingTB) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
 }
