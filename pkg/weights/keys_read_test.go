@@ -65,3 +65,40 @@ func TestTenantKeysViewReadsNoOtherBacklog(t *testing.T) {
 		require.NoError(t, tx.Rollback(ctx))
 	}
 }
+
+// In a queue of more keys than the walk takes (1,000), a tenant's view
+// counts the queue's rows instead, with the same answer: the tenant's keys
+// sort after the first thousand, which the walk never reaches.
+func TestTenantKeysViewAmongManyKeys(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := testsvc.NewDB(t)
+	for _, q := range []string{
+		`INSERT INTO runs (tenant, id, name, queue, request_hash)
+			SELECT 'other', 'r' || g, 'echo', 'q', '\x00' FROM generate_series(1, 1500) g`,
+		`INSERT INTO tasks (run_pk, queue, fairness_key) SELECT pk, 'q', 'other/' || id FROM runs WHERE tenant = 'other'`,
+		`INSERT INTO runs (tenant, id, name, queue, request_hash)
+			SELECT 'zeta', 'a' || g, 'echo', 'q', '\x00' FROM generate_series(1, 3) g`,
+		`INSERT INTO tasks (run_pk, queue, fairness_key)
+			SELECT pk, 'q', CASE WHEN id = 'a1' THEN 'zeta' ELSE 'zeta/' || id END FROM runs WHERE tenant = 'zeta'`,
+	} {
+		_, err := db.Exec(ctx, q)
+		require.NoError(t, err, q)
+	}
+	for _, mode := range []string{"auto", "force_generic_plan"} {
+		tx, err := db.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck // a no-op once rolled back
+		_, err = tx.Exec(ctx, `SELECT set_config('plan_cache_mode', $1, true)`, mode)
+		require.NoError(t, err)
+		view, err := weights.KeysOwned(ctx, tx, "q", "zeta", 0)
+		require.NoError(t, err, mode)
+		pending := map[string]int{}
+		for _, k := range view.Keys {
+			pending[k.Key] = k.Pending
+		}
+		require.Equal(t, map[string]int{"zeta": 1, "zeta/a2": 1, "zeta/a3": 1}, pending, mode)
+		require.NoError(t, tx.Rollback(ctx))
+	}
+}

@@ -7,33 +7,43 @@
 -- '$4/'.
 --
 -- Counting every key's pending rows reads the queue's whole backlog, so
--- only the operator's view (no $4) does; a tenant's view finds the keys
--- with pending rows by a loose scan of the key index (one descent per
+-- only the operator's view (no $4) has to; a tenant's view first walks the
+-- keys with pending rows by a loose scan of the key index (one descent per
 -- key, as harvest_fair_repair does) and counts the rows of its own keys
 -- alone: another tenant's flood costs it one descent, not a read of every
 -- row. (Keys under '$4/' need not be neighbours in the index's collation,
--- so the scan visits every key rather than a range.) Each half is gated on
--- $4, so a generic plan runs one of them.
+-- so the walk visits every key rather than a range.) A descent costs more
+-- than an entry read in order, so a queue of many keys with a few rows
+-- each is cheaper to count whole: past 1,000 keys the walk stops and the
+-- tenant's view counts the queue's rows as the operator's does. Each half
+-- is gated on a value computed once, so a generic plan runs one of them.
 WITH RECURSIVE v AS (
     SELECT harvest_clock($1) AS clock
-), pending_keys(key) AS (
-    (SELECT x.fairness_key FROM tasks x
+), pending_keys(key, depth) AS (
+    (SELECT x.fairness_key, 1 FROM tasks x
      WHERE $4::text IS NOT NULL AND x.queue = $1 AND x.state = 'pending'
      ORDER BY x.fairness_key LIMIT 1)
     UNION ALL
     SELECT (SELECT x.fairness_key FROM tasks x
             WHERE x.queue = $1 AND x.state = 'pending' AND x.fairness_key > k.key
-            ORDER BY x.fairness_key LIMIT 1)
-    FROM pending_keys k WHERE k.key IS NOT NULL
+            ORDER BY x.fairness_key LIMIT 1),
+           k.depth + 1
+    FROM pending_keys k WHERE k.key IS NOT NULL AND k.depth <= 1000
+), walk AS (
+    -- Whether the walk reached the end of the keys (its last row is the
+    -- NULL after the last key); also true when there was nothing to walk.
+    SELECT coalesce(bool_or(k.key IS NULL), true) AS whole FROM pending_keys k
 ), waiting AS (
     SELECT x.fairness_key AS key, count(*) AS n FROM tasks x
-    WHERE $4::text IS NULL AND x.queue = $1 AND x.state = 'pending'
+    WHERE ($4::text IS NULL OR NOT (SELECT w.whole FROM walk w)) AND x.queue = $1 AND x.state = 'pending'
+      AND ($4::text IS NULL OR x.fairness_key = $4::text OR starts_with(x.fairness_key, $4::text || '/'))
     GROUP BY x.fairness_key
     UNION ALL
     SELECT k.key, c.n FROM pending_keys k
     CROSS JOIN LATERAL (SELECT count(*) AS n FROM tasks x
                         WHERE x.queue = $1 AND x.fairness_key = k.key AND x.state = 'pending') c
-    WHERE k.key IS NOT NULL AND (k.key = $4::text OR starts_with(k.key, $4::text || '/'))
+    WHERE $4::text IS NOT NULL AND (SELECT w.whole FROM walk w)
+      AND k.key IS NOT NULL AND (k.key = $4::text OR starts_with(k.key, $4::text || '/'))
 ), recent AS (
     SELECT x.fairness_key AS key, count(*) AS n FROM tasks x
     WHERE x.queue = $1 AND x.claimed_at IS NOT NULL AND x.claimed_at >= coalesce($2::timestamptz, now() - interval '1 minute')
