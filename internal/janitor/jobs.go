@@ -157,17 +157,31 @@ func (j deferredPruner) runLocked(ctx context.Context, t *lockedTick) error {
 	return err
 }
 
+// dueOnce reports whether the shard's job (its row under janitor. in the
+// settings table) is due: at most once per every on the shard, whichever
+// janitor asks, recorded in the locked transaction so that two janitors do
+// not both run it; every tick when every is 0.
+func dueOnce(ctx context.Context, t *lockedTick, every time.Duration, job string) (bool, error) {
+	if every <= 0 {
+		return true, nil
+	}
+	var due bool
+	err := t.tx.QueryRow(ctx, sqlJobDue, every.Microseconds(), job).Scan(&due)
+	return due, err
+}
+
 // repairScheduler decides whether this tick rebuilds the fair claim's key
-// heads: at most once per FairRepairInterval on the shard, recorded in the
-// locked transaction so that two janitors do not both do it.
+// heads: at most once per FairRepairInterval on the shard (never when it
+// is 0).
 type repairScheduler struct{}
 
 func (repairScheduler) name() string { return "schedule the fair repair" }
-func (repairScheduler) runLocked(ctx context.Context, t *lockedTick) error {
+func (repairScheduler) runLocked(ctx context.Context, t *lockedTick) (err error) {
 	if t.s.FairRepairInterval <= 0 {
 		return nil
 	}
-	return t.tx.QueryRow(ctx, sqlJobDue, t.s.FairRepairInterval.Microseconds(), "fair_repaired_at").Scan(&t.repair)
+	t.repair, err = dueOnce(ctx, t, t.s.FairRepairInterval, "fair_repaired_at")
+	return err
 }
 
 // pruneScheduler decides whether this tick prunes idle fairness state: at
@@ -176,15 +190,12 @@ func (repairScheduler) runLocked(ctx context.Context, t *lockedTick) error {
 type pruneScheduler struct{}
 
 func (pruneScheduler) name() string { return "schedule the fairness prune" }
-func (pruneScheduler) runLocked(ctx context.Context, t *lockedTick) error {
+func (pruneScheduler) runLocked(ctx context.Context, t *lockedTick) (err error) {
 	if !t.s.BucketGC {
 		return nil
 	}
-	if t.s.FairPruneInterval <= 0 {
-		t.prune = true
-		return nil
-	}
-	return t.tx.QueryRow(ctx, sqlJobDue, t.s.FairPruneInterval.Microseconds(), "fair_pruned_at").Scan(&t.prune)
+	t.prune, err = dueOnce(ctx, t, t.s.FairPruneInterval, "fair_pruned_at")
+	return err
 }
 
 // recountScheduler decides whether this tick checks the running counts:
@@ -192,12 +203,9 @@ func (pruneScheduler) runLocked(ctx context.Context, t *lockedTick) error {
 type recountScheduler struct{}
 
 func (recountScheduler) name() string { return "schedule the recount" }
-func (recountScheduler) runLocked(ctx context.Context, t *lockedTick) error {
-	if t.s.RecountInterval <= 0 {
-		t.recount = true
-		return nil
-	}
-	return t.tx.QueryRow(ctx, sqlJobDue, t.s.RecountInterval.Microseconds(), "recounted_at").Scan(&t.recount)
+func (recountScheduler) runLocked(ctx context.Context, t *lockedTick) (err error) {
+	t.recount, err = dueOnce(ctx, t, t.s.RecountInterval, "recounted_at")
+	return err
 }
 
 // fairPruner drops idle fairness state when the prune is due; each queue

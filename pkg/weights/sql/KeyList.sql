@@ -36,7 +36,6 @@ WITH RECURSIVE v AS (
 ), waiting AS (
     SELECT x.fairness_key AS key, count(*) AS n FROM tasks x
     WHERE ($4::text IS NULL OR NOT (SELECT w.whole FROM walk w)) AND x.queue = $1 AND x.state = 'pending'
-      AND ($4::text IS NULL OR x.fairness_key = $4::text OR starts_with(x.fairness_key, $4::text || '/'))
     GROUP BY x.fairness_key
     UNION ALL
     SELECT k.key, c.n FROM pending_keys k
