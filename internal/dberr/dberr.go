@@ -68,6 +68,9 @@ const (
 	// CodeTenantMoved: a write of a tenant whose home the shard no longer
 	// is; DETAIL holds the new home, HINT the tenant.
 	CodeTenantMoved = "HA020"
+	// CodeRunMoving: a cancel met a run that a tenant move is copying
+	// (move_out); the statement was undone.
+	CodeRunMoving = "HA021"
 )
 
 // PgError returns the server's error in err's chain, or nil when the

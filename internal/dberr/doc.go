@@ -32,6 +32,7 @@
 //	HA002  harvest_leased, harvest_outcome_one  pkg/claim ErrNotFound
 //	HA011  harvest_start_group                  nothing: caught in the same function
 //	HA020  harvest_tenant_fence                 internal/runstore *MovedError
+//	HA021  harvest_run_cancel                   internal/runstore ErrRunMoving
 //
 // The sentinels stay with the packages whose callers match them (pkg/claim's
 // are public API, and nothing of this package shows in pkg/'s exported

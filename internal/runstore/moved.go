@@ -13,6 +13,16 @@ import (
 // new one.
 var ErrRunMoving = errors.New("runstore: the run is moving to another shard")
 
+// runMovingOrErr turns dberr.CodeRunMoving (harvest_run_cancel met a run
+// a move is copying) into ErrRunMoving, wrapping err, and returns any
+// other error as it is. It is the one place that code becomes a Go error.
+func runMovingOrErr(err error) error {
+	if dberr.Code(err) == dberr.CodeRunMoving {
+		return fmt.Errorf("%w: %w", ErrRunMoving, err)
+	}
+	return err
+}
+
 // MovedError means the shard refused to write runs of Tenant because the
 // tenant's home is now shard To (see tenant_fences in migration 0004).
 type MovedError struct {

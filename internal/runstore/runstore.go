@@ -24,15 +24,12 @@ import (
 var sqlFiles embed.FS
 
 var (
-	sqlRunStart        = sqlfile.Must(sqlFiles, "RunStart")
-	sqlRunStartGroup   = sqlfile.Must(sqlFiles, "RunStartGroup")
-	sqlRunStartFlush   = sqlfile.Must(sqlFiles, "RunStartFlush")
-	sqlRunGet          = sqlfile.Must(sqlFiles, "RunGet")
-	sqlRunList         = sqlfile.Must(sqlFiles, "RunList")
-	sqlRunLock         = sqlfile.Must(sqlFiles, "RunLock")
-	sqlRunFinish       = sqlfile.Must(sqlFiles, "RunFinish")
-	sqlTaskCancelByRun = sqlfile.Must(sqlFiles, "TaskCancelByRun")
-	sqlRunMoveCheck    = sqlfile.Must(sqlFiles, "RunMoveCheck")
+	sqlRunStart      = sqlfile.Must(sqlFiles, "RunStart")
+	sqlRunStartGroup = sqlfile.Must(sqlFiles, "RunStartGroup")
+	sqlRunStartFlush = sqlfile.Must(sqlFiles, "RunStartFlush")
+	sqlRunGet        = sqlfile.Must(sqlFiles, "RunGet")
+	sqlRunList       = sqlfile.Must(sqlFiles, "RunList")
+	sqlRunCancel     = sqlfile.Must(sqlFiles, "RunCancel")
 
 	sqlRunGetManyHashed = sqlfile.Must(sqlFiles, "RunGetManyHashed")
 
