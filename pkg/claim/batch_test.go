@@ -178,7 +178,11 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 	req := claim.Request{Queue: "q", Worker: "w", Fair: true, Now: t0.Add(time.Hour), Lease: time.Minute}
 	// The bulk plans this session made so far.
 	bulkCalls := func(t require.TestingT) int { return calls(t, "harvest_claim_bulk_fair") }
-	var pinnedThenBulk, refusedInBatch int
+	// Pinned rows taken by sticky steps (harvest_claim_bulk_sticky) rather
+	// than single steps: the pinned rows a batch took, less its single
+	// steps.
+	stepCalls := func(t require.TestingT) int { return calls(t, "harvest_claim_step") }
+	var pinnedThenBulk, refusedInBatch, stickyMany int
 
 	rapid.Check(t, func(rt *rapid.T) {
 		for _, b := range []*bundle{single, batch} {
@@ -186,6 +190,9 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 				weight_override_counts, quotas, rate_buckets, tenant_running RESTART IDENTITY`)
 		}
 		keys := rapid.IntRange(1, 12).Draw(rt, "keys")
+		// One row in eight pinned, or one in two: batches that begin with
+		// several pinned rows of several keys.
+		pinEvery := rapid.SampledFrom([]int{8, 2}).Draw(rt, "pin every")
 		run := []int64{single.run(runOpts{MaxAttempts: 100}), batch.run(runOpts{MaxAttempts: 100})}
 		type row struct {
 			key, quota string
@@ -220,9 +227,9 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 					r.quota = "y"
 				}
 				// Rows pinned to the claiming worker (the batch takes them
-				// by single steps, then goes on in bulk), to another
+				// first, by sticky or single steps, then goes on in bulk), to another
 				// worker, or pinned once (the pin ran out).
-				if rapid.IntRange(0, 7).Draw(rt, "pinned") == 0 {
+				if rapid.IntRange(0, pinEvery-1).Draw(rt, "pinned") == 0 {
 					r.pin = rapid.SampledFrom([]string{"w", "w", "v"}).Draw(rt, "pin")
 					r.pinUntil = req.Now.Add(time.Duration(rapid.IntRange(-2, 8).Draw(rt, "pin for")) * time.Minute)
 				}
@@ -252,7 +259,7 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 		var pinned bool
 		require.NoError(rt, batch.db.QueryRow(batch.ctx, `SELECT EXISTS (SELECT 1 FROM tasks
 			WHERE state = 'pending' AND sticky_worker = 'w' AND sticky_until > $1 AND due_at <= $1)`, req.Now).Scan(&pinned))
-		calls0 := bulkCalls(rt)
+		calls0, steps0 := bulkCalls(rt), stepCalls(rt)
 		// Shallow batches take their first rows by single steps, then go
 		// on in bulk: the same results either way.
 		breq := req
@@ -261,6 +268,15 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 		require.NoError(rt, err)
 		if pinned && bulkCalls(rt) > calls0 {
 			pinnedThenBulk++
+		}
+		pinnedGot := 0
+		for _, r := range got {
+			if r.OK && r.Task.StickyWorker == "w" && r.Task.StickyUntil.After(req.Now) {
+				pinnedGot++
+			}
+		}
+		if pinnedGot-(stepCalls(rt)-steps0) >= 2 {
+			stickyMany++
 		}
 		var want []claim.Result
 		for range n {
@@ -306,10 +322,11 @@ func TestFairBulkPlanMatchesSingleClaims(t *testing.T) {
 		require.Equal(rt, single.summaries(), batch.summaries())
 	})
 	plans := bulkCalls(t)
-	t.Logf("bulk plans: %d; batches that began with pinned rows and went on in bulk: %d; batch results with refusals: %d",
-		plans, pinnedThenBulk, refusedInBatch)
+	t.Logf("bulk plans: %d; batches that began with pinned rows and went on in bulk: %d; batch results with refusals: %d; "+
+		"batches that took two pinned rows or more by sticky steps: %d", plans, pinnedThenBulk, refusedInBatch, stickyMany)
 	require.Positive(t, plans, "no batch was planned in bulk")
 	require.Positive(t, pinnedThenBulk, "no batch went on in bulk after its pinned rows")
+	require.Positive(t, stickyMany, "no sticky step took two pinned rows")
 }
 
 func (b *bundle) clock() float64 {

@@ -14,11 +14,13 @@
 -- the ordinary one finds earlier refusals again, since refused rows stay
 -- first in the seek order); every other step is the single claim. The
 -- single claim takes the rows pinned to its worker before any other, and
--- the bulk steps know
--- nothing of pins: so while a due row pinned to p_worker is pending the
--- batch takes single steps, and once none is left it goes on in bulk (a
--- pinned row another claimer holds keeps it on single steps, which skip
--- that row as the single claim does). An ordinary batch waits for a
+-- those bulk steps know nothing of pins: so while a due row pinned to
+-- p_worker is pending the batch takes those rows first, by a sticky step
+-- (harvest_claim_bulk_sticky: in a fair one-level queue charged per
+-- claim, without ageing, up to the first pinned row with a quota key) or
+-- else by single steps, and once none is left it goes on in bulk (a pinned
+-- row another claimer holds keeps it on single steps, which skip that row
+-- as the single claim does). An ordinary batch waits for a
 -- quota row only in the lock order of the quota rows
 -- (harvest_bulk_quotas): a step that meets a quota row another claimer
 -- holds, out of that order, ends the batch with the rows taken before it.
@@ -191,6 +193,29 @@ BEGIN
             -- without them cannot leave out refused heads of a higher
             -- priority, and the next one can.
             v_tried := v_above IS NOT NULL;
+        END IF;
+        -- Rows pinned to this worker, which the single claim takes before
+        -- any other: in one step when the queue's shape allows it
+        -- (harvest_claim_bulk_sticky), up to the first row that needs the
+        -- single claim.
+        IF p_fair AND NOT v_two AND NOT v_runtime AND p_aging = 0 AND v_left > 1
+           AND harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut) THEN
+            v_got := 0;
+            FOR r_out IN SELECT * FROM harvest_claim_bulk_sticky(p_queue, p_worker, p_now, p_lease, v_left) LOOP
+                v_got := v_got + 1;
+                RETURN NEXT r_out;
+            END LOOP;
+            IF v_got > 0 THEN
+                -- As that many single claims without refusals.
+                v_took := true;
+                v_left := v_left - v_got;
+                v_singles := v_singles - v_got;
+                v_above := NULL;
+                v_ref := '[]';
+                v_futile := 0;
+                v_wait := 0;
+                CONTINUE;
+            END IF;
         END IF;
         r_out := harvest_claim_step(p_queue, p_worker, p_now, p_fair, p_aging, p_lease, NULL, v_two, v_runtime);
         EXIT WHEN r_out.outcome <> 'ok';
