@@ -151,7 +151,11 @@ func setup(t *testing.T, o setupOpts) *bundle {
 	// Most tests finish runs straight in the database, with no run event:
 	// their waits end by rereading.
 	cfg.WaitFallback = 20 * time.Millisecond
-	cfg.ConnectTimeout = time.Second
+	// The shipped connect timeout: a shard that is down refuses at once
+	// (the tests' dead shards are closed ports), while a backend's
+	// start-up on a server loaded by the whole suite under the race
+	// detector once took over a second, and a start answered 503.
+	cfg.ConnectTimeout = DefaultConfig(nil, "").ConnectTimeout
 	// Small pools: the package runs dozens of gateways at once beside
 	// other packages' tests on one server, whose connections are few.
 	cfg.PoolSize = 3

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -37,9 +38,11 @@ func TestHTTPStartWritesRunTaskAndCount(t *testing.T) {
 	resp, err := b.srv.Client().Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "answer: %s", body)
 	var run api.Run
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&run))
+	require.NoError(t, json.Unmarshal(body, &run))
 
 	id, err := uuid.Parse(run.ID)
 	require.NoError(t, err, "a start without an id gets a UUID")
