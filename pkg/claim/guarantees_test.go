@@ -305,6 +305,33 @@ func TestGuaranteeWeightsHoldAtConcurrency(t *testing.T) {
 	})
 }
 
+// The weights hold among rows pinned to the claiming worker too: the
+// single claim takes such rows first, by their keys' lags, and a batch
+// takes them by sticky steps (harvest_claim_bulk_sticky) planned from the
+// same tags, while starts and cancels of other keys commit.
+func TestGuaranteeWeightsHoldForPinnedRowsAtConcurrency(t *testing.T) {
+	t.Parallel()
+	atEachClaimerCount(t, func(t *testing.T, c int, f *fleet) {
+		f.setWeight("heavy", 4)
+		f.addPinned("heavy", 600)
+		f.addPinned("light", 300)
+		f.loops(c, 8, []string{"n1", "n2", "n3"}, func() bool {
+			return f.pending("heavy") == 0 || f.pending("light") == 0
+		})
+		got := f.order()
+		checkWeights(t, got, "heavy", 4, "light", 1)
+	})
+}
+
+// addPinned inserts n due pending tasks of key pinned for an hour to the
+// worker the claim loops name.
+func (f *fleet) addPinned(key string, n int) {
+	f.t.Helper()
+	_, err := f.db().Exec(f.ctx, `INSERT INTO tasks (run_pk, queue, fairness_key, continuation, sticky_worker, sticky_until)
+		SELECT $1, 'q', $2, true, 'w', now() + interval '1 hour' FROM generate_series(1, $3)`, f.run, key, n)
+	require.NoError(f.t, err)
+}
+
 // checkWeights checks the pair bound over the stretch in which both keys
 // had work (from the start, when both held rows, to the first one's last
 // claim) and the ratio over that stretch.

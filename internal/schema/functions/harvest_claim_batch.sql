@@ -70,6 +70,13 @@ DECLARE
     v_futile  integer := 0;
     v_wait    integer := 0;
     v_tried   boolean;
+    -- Whether a row pinned to this worker waits, when this turn of the
+    -- loop asked (NULL: not asked yet); and whether a sticky step found
+    -- nothing to take in this batch (a pinned row with a quota key, say),
+    -- after which the batch leaves the rest of its pinned rows to single
+    -- steps rather than plan again before each of them.
+    v_pin     boolean;
+    v_nosticky boolean := false;
     -- Single steps still to take before the first bulk step (p_singles).
     v_singles integer := CASE WHEN p_fair THEN coalesce(p_singles, 0) ELSE 0 END;
 BEGIN
@@ -133,13 +140,16 @@ BEGIN
     v_bulk := p_aging = 0;
     WHILE v_left > 0 LOOP
         v_tried := false;
+        v_pin := NULL;
         -- One row is cheaper by the single claim than by a bulk plan. A
         -- bulk step only where the single claim would not take a pinned
         -- row first: none pending for this worker, due, its pin running
         -- (one probe of the partial index before every bulk step, since a
         -- start may commit a pinned row meanwhile).
-        IF v_bulk AND v_left > 1 AND v_wait = 0 AND v_singles <= 0
-           AND NOT harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut) THEN
+        IF v_bulk AND v_left > 1 AND v_wait = 0 AND v_singles <= 0 THEN
+            v_pin := harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut);
+        END IF;
+        IF v_bulk AND v_left > 1 AND v_wait = 0 AND v_singles <= 0 AND NOT v_pin THEN
             v_got := 0;
             IF p_fair AND v_two THEN
                 -- As the one-level step below: it starts from the
@@ -198,8 +208,8 @@ BEGIN
         -- any other: in one step when the queue's shape allows it
         -- (harvest_claim_bulk_sticky), up to the first row that needs the
         -- single claim.
-        IF p_fair AND NOT v_two AND NOT v_runtime AND p_aging = 0 AND v_left > 1
-           AND harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut) THEN
+        IF p_fair AND NOT v_two AND NOT v_runtime AND p_aging = 0 AND v_left > 1 AND NOT v_nosticky
+           AND coalesce(v_pin, harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut)) THEN
             v_got := 0;
             FOR r_out IN SELECT * FROM harvest_claim_bulk_sticky(p_queue, p_worker, p_now, p_lease, v_left) LOOP
                 v_got := v_got + 1;
@@ -216,6 +226,7 @@ BEGIN
                 v_wait := 0;
                 CONTINUE;
             END IF;
+            v_nosticky := true;
         END IF;
         r_out := harvest_claim_step(p_queue, p_worker, p_now, p_fair, p_aging, p_lease, NULL, v_two, v_runtime);
         EXIT WHEN r_out.outcome <> 'ok';
