@@ -118,6 +118,23 @@ func TestNATSNodeKilledUnderFlood(t *testing.T) {
 	e.waitClaimedBy(shard, "wake-first", "the wake worker's first claim at start")
 	procs := func() []*soak.Proc { return append(f.Procs(), wake) }
 
+	// The fleet's start waits for the gateways only: a worker started last
+	// on a loaded machine may not have connected yet, and once the other
+	// nodes are up it could pick one of them. Every process is on the
+	// victim before they start.
+	require.NoError(t, waitCond(e, func() (bool, error) {
+		on := victim.conns(t)
+		if on["harvest-gateway"] != f.Gateways() || on["harvest-worker "+wakeWorker] != 1 {
+			return false, nil
+		}
+		for _, id := range f.Workers(-1) {
+			if on["harvest-worker "+id] != 1 {
+				return false, nil
+			}
+		}
+		return true, nil
+	}), "every gateway and worker connects to the only node up")
+
 	cl.start(t, cl.nodes[1])
 	cl.start(t, cl.nodes[2])
 	cl.waitMesh(t)
