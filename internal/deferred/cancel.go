@@ -16,7 +16,7 @@ import (
 )
 
 var (
-	sqlMemberRunID       = sqlfile.Must(sqlFiles, "MemberRunID")
+	sqlCancelTarget      = sqlfile.Must(sqlFiles, "CancelTarget")
 	sqlRunStatus         = sqlfile.Must(sqlFiles, "RunStatus")
 	sqlRunDeferredCancel = sqlfile.Must(sqlFiles, "RunDeferredCancel")
 	sqlGroupCancelOfRun  = sqlfile.Must(sqlFiles, "GroupCancelOfRun")
@@ -43,31 +43,42 @@ var (
 // the run's, as Get answers. Errors are those of runstore.Cancel:
 // ErrNotFound, ErrFinished.
 func Cancel(ctx context.Context, db shard.Beginner, tenant, id string, shard int, reason string) (runstore.CancelResult, error) {
-	m, err := pgrow.One[memberOf](ctx, db, sqlMemberRunID, tenant, id)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		m = memberOf{RunID: id}
-	case err != nil:
+	t, err := pgrow.One[cancelTarget](ctx, db, sqlCancelTarget, tenant, id)
+	if err != nil {
 		return runstore.CancelResult{}, fmt.Errorf("deferred: read start: %w", err)
 	}
-	res, err := cancelRun(ctx, db, tenant, m.RunID, shard, reason)
-	if m.Mode != "" && (err == nil || errors.Is(err, runstore.ErrFinished)) {
-		res.Run.ID, res.Run.RunID, res.Run.DeferMode = id, m.RunID, m.Mode
+	res, err := cancelRun(ctx, db, tenant, t.RunID, t.Status, shard, reason)
+	if t.Mode != "" && (err == nil || errors.Is(err, runstore.ErrFinished)) {
+		res.Run.ID, res.Run.RunID, res.Run.DeferMode = id, t.RunID, t.Mode
 	}
 	return res, err
 }
 
-func cancelRun(ctx context.Context, db shard.Beginner, tenant, runID string, shard int, reason string) (runstore.CancelResult, error) {
+// cancelTarget is what CancelTarget reads: the run a cancel aims at, the
+// group's mode when the id was a member start's, and the run's status
+// (nil: no such run).
+type cancelTarget struct {
+	memberOf
+	Status *string `db:"status"`
+}
+
+// cancelRun cancels run runID, whose status was read as status (nil: not
+// found) just before; an attempt the database broke reads it again.
+func cancelRun(ctx context.Context, db shard.Beginner, tenant, runID string, status *string, shard int, reason string) (runstore.CancelResult, error) {
 	for attempt := 1; ; attempt++ {
-		var status string
-		err := db.QueryRow(ctx, sqlRunStatus, tenant, runID).Scan(&status)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if attempt > 1 {
+			status = new(string)
+			err := db.QueryRow(ctx, sqlRunStatus, tenant, runID).Scan(status)
+			if errors.Is(err, pgx.ErrNoRows) {
+				status = nil
+			} else if err != nil {
+				return runstore.CancelResult{}, fmt.Errorf("deferred: read run: %w", err)
+			}
+		}
+		if status == nil {
 			return runstore.CancelResult{}, runstore.ErrNotFound
 		}
-		if err != nil {
-			return runstore.CancelResult{}, fmt.Errorf("deferred: read run: %w", err)
-		}
-		if status != string(api.StatusDeferred) {
+		if *status != string(api.StatusDeferred) {
 			return runstore.Cancel(ctx, db, tenant, runID, shard, reason)
 		}
 		res, waited, err := cancelWaiting(ctx, db, tenant, runID, shard, reason)

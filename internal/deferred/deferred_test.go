@@ -561,3 +561,57 @@ func TestPrune(t *testing.T) {
 	require.Equal(t, 1, n)
 	require.Zero(t, b.scalar(`SELECT count(*) FROM deferred_starts`))
 }
+
+// Cancel reads what an id stands for and its run's status in one query,
+// then takes the route that status calls for: each kind of id answers as
+// the gateway shows it.
+func TestCancelRoutesEachKindOfID(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cancel := func(tenant, id string) (runstore.CancelResult, error) {
+		return deferred.Cancel(b.ctx, b.db, tenant, id, 0, "user")
+	}
+
+	_, err := cancel("acme", "nobody")
+	require.ErrorIs(t, err, runstore.ErrNotFound, "an id nothing was started under")
+
+	// A throttled start waiting as deferred: cancelled, its slot given back.
+	thr := `{"limit": 1, "period": "1h"}`
+	b.start(startOpts{ID: "t1", Throttle: thr})
+	b.start(startOpts{ID: "t2", Throttle: thr})
+	require.Equal(t, 2, b.running())
+	res, err := cancel("acme", "t2")
+	require.NoError(t, err)
+	require.True(t, res.Cancelled)
+	require.Equal(t, "t2", res.Run.ID)
+	require.Equal(t, api.StatusCancelled, res.Run.Status)
+	require.Equal(t, 1, b.running())
+	_, err = cancel("other", "t1")
+	require.ErrorIs(t, err, runstore.ErrNotFound, "another tenant's id")
+
+	// A run that started at once: the ordinary cancel.
+	res, err = cancel("acme", "t1")
+	require.NoError(t, err)
+	require.True(t, res.Cancelled)
+	require.Equal(t, "t1", res.Run.ID)
+	require.Zero(t, b.running())
+	res, err = cancel("acme", "t1")
+	require.NoError(t, err, "cancelled again: nothing changes")
+	require.False(t, res.Cancelled)
+	require.Equal(t, api.StatusCancelled, res.Run.Status)
+
+	// A member of a batch still waiting: its group's run, answered under
+	// the member's id with the run's beside it.
+	bat := `{"key": "bk", "max_size": 3, "max_wait": "1h"}`
+	first := b.start(startOpts{ID: "b1", Batch: bat})
+	b.start(startOpts{ID: "b2", Batch: bat, At: time.Second})
+	res, err = cancel("acme", "b2")
+	require.NoError(t, err)
+	require.True(t, res.Cancelled)
+	require.Equal(t, "b2", res.Run.ID)
+	require.Equal(t, first.Run.RunID, res.Run.RunID)
+	require.Equal(t, api.ModeBatch, res.Run.DeferMode)
+	require.Equal(t, api.StatusCancelled, b.get("b1").Status)
+	require.Zero(t, b.fire(2*time.Hour).Fired, "a cancelled batch never fires")
+	require.Zero(t, b.running())
+}

@@ -55,8 +55,8 @@ func Get(ctx context.Context, db shard.Querier, tenant, id string, shard int) (a
 	return run, nil
 }
 
-// memberOf is what MemberRunID reads of a member start: the run its group
-// fires and the group's mode.
+// memberOf is what a member start stands for: the run its group fires and
+// the group's mode.
 type memberOf struct {
 	RunID string        `db:"run_id"`
 	Mode  api.DeferMode `db:"mode"`
