@@ -2,6 +2,7 @@ package claim_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -114,31 +115,36 @@ func BenchmarkOutcomesOneBatch(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchMix), "ns/outcome")
 }
 
-// BenchmarkOutcomesFloodBatch records a batch of the flood's shape: 48
-// completions of one-step runs, one statement (the worker's outcome batch
-// at fleet rates holds about that many).
+// BenchmarkOutcomesFloodBatch records batches of the flood's shape:
+// completions of one-step runs, one statement. 48 is about what the
+// worker's outcome batch holds at fleet rates; 256 is the most it takes
+// (the shipped HARVEST_WORKER_COMPLETE_BATCH), which a flusher that fell
+// behind sends: ns/outcome should not grow with the batch.
 func BenchmarkOutcomesFloodBatch(b *testing.B) {
-	tb := setup(b)
-	const n = 48
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		ls := tb.leaseFresh(n)
-		outs := make([]claim.Outcome, len(ls))
-		for j, l := range ls {
-			outs[j] = claim.Outcome{ID: l.ID, Token: l.Token, Kind: claim.OutcomeComplete, Output: json.RawMessage(`{"ok":true}`)}
-		}
-		b.StartTimer()
-		res, err := claim.RecordOutcomes(tb.ctx, tb.db, time.Time{}, outs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, r := range res {
-			if r.Err != nil || r.Run == nil {
-				b.Fatalf("outcome %+v: the run was not made final", r)
+	for _, n := range []int{48, 256} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			tb := setup(b)
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				ls := tb.leaseFresh(n)
+				outs := make([]claim.Outcome, len(ls))
+				for j, l := range ls {
+					outs[j] = claim.Outcome{ID: l.ID, Token: l.Token, Kind: claim.OutcomeComplete, Output: json.RawMessage(`{"ok":true}`)}
+				}
+				b.StartTimer()
+				res, err := claim.RecordOutcomes(tb.ctx, tb.db, time.Time{}, outs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range res {
+					if r.Err != nil || r.Run == nil {
+						b.Fatalf("outcome %+v: the run was not made final", r)
+					}
+				}
 			}
-		}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/outcome")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/outcome")
 }
 
 const benchLeases = 50
