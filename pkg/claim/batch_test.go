@@ -378,3 +378,44 @@ func TestFairBatchShallowTakesSingleStepsFirst(t *testing.T) {
 		require.Positive(t, bulk, "bulk steps after the single ones")
 	})
 }
+
+// A sticky step plans only the first n pinned rows of each key (n the
+// rows the batch still wants): no more can be among the n it takes. Here
+// one key's rows all come before the other's first (it weighs 10 and has
+// no debt; the other was charged twice), so a plan cut shorter than n
+// rows per key would put the other key's row in too early. The batch
+// takes what n single claims take, in one sticky step.
+func TestStickyStepPlansEnoughRowsOfAKey(t *testing.T) {
+	t.Parallel()
+	single, batch := setup(t), setup(t)
+	conn, calls := plCalls(t, batch)
+	now := t0.Add(time.Hour)
+	for _, b := range []*bundle{single, batch} {
+		run := b.run(runOpts{MaxAttempts: 100})
+		b.exec(`INSERT INTO weight_overrides (queue, key, weight) VALUES ('q', 'a', 10)`)
+		// b is charged twice first (another worker's claims).
+		b.tasks(2, taskOpts{RunPK: run, Key: "b", DueAt: t0, Now: now})
+		for range 2 {
+			res := b.claim(claim.Request{Queue: "q", Worker: "v", Fair: true, Now: now, Lease: time.Minute})
+			require.True(t, res.OK)
+			require.Equal(t, "b", res.Task.Key)
+		}
+		b.tasks(2, taskOpts{RunPK: run, Key: "b", DueAt: t0, StickyWorker: "w", StickyUntil: now.Add(time.Hour), Now: now})
+		b.tasks(8, taskOpts{RunPK: run, Key: "a", DueAt: t0, StickyWorker: "w", StickyUntil: now.Add(time.Hour), Now: now})
+	}
+	req := claim.Request{Queue: "q", Worker: "w", Fair: true, Now: now, Lease: time.Minute}
+	const n = 6
+	sticky0, steps0 := calls(t, "harvest_claim_bulk_sticky"), calls(t, "harvest_claim_step")
+	got, err := claim.ClaimBatch(batch.ctx, conn, req, n)
+	require.NoError(t, err)
+	require.Len(t, got, n)
+	require.Equal(t, sticky0+1, calls(t, "harvest_claim_bulk_sticky"), "one sticky step")
+	require.Equal(t, steps0, calls(t, "harvest_claim_step"), "no single step")
+	for i := range n {
+		want := single.claim(req)
+		require.True(t, want.OK)
+		require.Equal(t, "a", want.Task.Key, "claim %d: the heavy key's rows come first", i)
+		require.Equal(t, want.Task.ID, got[i].Task.ID, "claim %d", i)
+		require.Equal(t, want.Lag, got[i].Lag, "lag of claim %d", i)
+	}
+}

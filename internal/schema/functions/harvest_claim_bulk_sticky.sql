@@ -55,7 +55,9 @@ BEGIN
           AND x.sticky_until > v_now AND x.due_at <= v_due_cut
     ), top AS (
         SELECT p.* FROM pinned p WHERE p.priority = (SELECT max(priority) FROM pinned)
-    ), keyed AS (
+    ), keyed AS MATERIALIZED (
+        -- Once per key (materialized: inlined, the planner read the key's
+        -- state and charge terms again for every pinned row).
         SELECT k.key, f.key IS NOT NULL AS known, harvest_start_tag(f.pass, v_clock0) AS t, c.step AS inc
         FROM (SELECT DISTINCT top.fairness_key AS key FROM top) k
         LEFT JOIN fair_state f ON f.queue = p_queue AND f.key = k.key
@@ -70,6 +72,11 @@ BEGIN
                    OVER (PARTITION BY n.fairness_key ORDER BY n.o ROWS UNBOUNDED PRECEDING) AS tag
         FROM numbered n
         JOIN keyed ON keyed.key = n.fairness_key
+        -- A key's rows past its p_n-th cannot be among the first p_n of
+        -- the merge, and dropping them leaves the running sums of the
+        -- others as they were: the plan's cost follows the rows it can
+        -- take, not the worker's whole pinned backlog.
+        WHERE n.o <= p_n
     ), ordered AS (
         SELECT t.*, row_number() OVER (ORDER BY t.tag, t.continuation DESC, t.due_at, t.id) AS seq
         FROM tagged t
