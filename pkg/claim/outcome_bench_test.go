@@ -92,28 +92,7 @@ func BenchmarkOutcomesOneStatementEach(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchMix), "ns/outcome")
 }
 
-func BenchmarkOutcomesOneBatch(b *testing.B) {
-	tb := setup(b)
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		ls := tb.leaseFresh(benchMix)
-		outs := make([]claim.Outcome, len(ls))
-		for j, l := range ls {
-			outs[j] = mixOutcome(j, l)
-		}
-		b.StartTimer()
-		res, err := claim.RecordOutcomes(tb.ctx, tb.db, time.Time{}, outs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, r := range res {
-			if r.Err != nil {
-				b.Fatal(r.Err)
-			}
-		}
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchMix), "ns/outcome")
-}
+func BenchmarkOutcomesOneBatch(b *testing.B) { benchOneBatch(b, benchMix, mixOutcome, false) }
 
 // BenchmarkOutcomesFloodBatch records batches of the flood's shape:
 // completions of one-step runs, one statement. 48 is about what the
@@ -121,30 +100,38 @@ func BenchmarkOutcomesOneBatch(b *testing.B) {
 // (the shipped HARVEST_WORKER_COMPLETE_BATCH), which a flusher that fell
 // behind sends: ns/outcome should not grow with the batch.
 func BenchmarkOutcomesFloodBatch(b *testing.B) {
-	for _, n := range []int{48, 256} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			tb := setup(b)
-			for i := 0; i < b.N; i++ {
-				b.StopTimer()
-				ls := tb.leaseFresh(n)
-				outs := make([]claim.Outcome, len(ls))
-				for j, l := range ls {
-					outs[j] = claim.Outcome{ID: l.ID, Token: l.Token, Kind: claim.OutcomeComplete, Output: json.RawMessage(`{"ok":true}`)}
-				}
-				b.StartTimer()
-				res, err := claim.RecordOutcomes(tb.ctx, tb.db, time.Time{}, outs)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, r := range res {
-					if r.Err != nil || r.Run == nil {
-						b.Fatalf("outcome %+v: the run was not made final", r)
-					}
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/outcome")
-		})
+	complete := func(_ int, l claim.Lease) claim.Outcome {
+		return claim.Outcome{ID: l.ID, Token: l.Token, Kind: claim.OutcomeComplete, Output: json.RawMessage(`{"ok":true}`)}
 	}
+	for _, n := range []int{48, 256} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) { benchOneBatch(b, n, complete, true) })
+	}
+}
+
+// benchOneBatch records the outcomes outcome(i, lease) of n fresh leases
+// in one statement per iteration; with final set, each must have made its
+// run final.
+func benchOneBatch(b *testing.B, n int, outcome func(int, claim.Lease) claim.Outcome, final bool) {
+	tb := setup(b)
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		ls := tb.leaseFresh(n)
+		outs := make([]claim.Outcome, len(ls))
+		for j, l := range ls {
+			outs[j] = outcome(j, l)
+		}
+		b.StartTimer()
+		res, err := claim.RecordOutcomes(tb.ctx, tb.db, time.Time{}, outs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range res {
+			if r.Err != nil || (final && r.Run == nil) {
+				b.Fatalf("outcome %+v: not recorded as asked", r)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/outcome")
 }
 
 const benchLeases = 50
