@@ -605,6 +605,8 @@ func TestCancelRoutesEachKindOfID(t *testing.T) {
 	bat := `{"key": "bk", "max_size": 3, "max_wait": "1h"}`
 	first := b.start(startOpts{ID: "b1", Batch: bat})
 	b.start(startOpts{ID: "b2", Batch: bat, At: time.Second})
+	_, err = cancel("other", "b2")
+	require.ErrorIs(t, err, runstore.ErrNotFound, "another tenant's member start")
 	res, err = cancel("acme", "b2")
 	require.NoError(t, err)
 	require.True(t, res.Cancelled)

@@ -3,10 +3,8 @@
 -- its group's mode ('' for any other id, which names its own run), and
 -- that run's status (NULL: no such run). The cancel picks its route by the
 -- status and checks it again under the locks it then takes.
-SELECT t.run_id, t.mode, r.status
-FROM (SELECT coalesce(m.run_id, $2) AS run_id, coalesce(m.mode, '') AS mode
-      FROM (SELECT) AS one
-      LEFT JOIN (SELECT g.run_id, g.mode
-                 FROM deferred_starts s JOIN deferred_groups g ON g.pk = s.group_pk
-                 WHERE s.tenant = $1 AND s.id = $2) AS m ON true) AS t
-LEFT JOIN runs r ON r.tenant = $1 AND r.id = t.run_id
+SELECT coalesce(g.run_id, q.id) AS run_id, coalesce(g.mode, '') AS mode, r.status
+FROM (SELECT $1::text AS tenant, $2::text AS id) AS q
+LEFT JOIN deferred_starts s ON s.tenant = q.tenant AND s.id = q.id
+LEFT JOIN deferred_groups g ON g.pk = s.group_pk
+LEFT JOIN runs r ON r.tenant = q.tenant AND r.id = coalesce(g.run_id, q.id)

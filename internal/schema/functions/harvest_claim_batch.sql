@@ -149,7 +149,7 @@ BEGIN
         IF v_bulk AND v_left > 1 AND v_wait = 0 AND v_singles <= 0 THEN
             v_pin := harvest_pinned_waiting(p_queue, p_worker, coalesce(p_now, now()), v_due_cut);
         END IF;
-        IF v_bulk AND v_left > 1 AND v_wait = 0 AND v_singles <= 0 AND NOT v_pin THEN
+        IF NOT coalesce(v_pin, true) THEN
             v_got := 0;
             IF p_fair AND v_two THEN
                 -- As the one-level step below: it starts from the
