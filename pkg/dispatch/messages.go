@@ -101,9 +101,15 @@ func publish(ctx context.Context, tracer trace.Tracer, nc *nats.Conn, subject st
 	var span trace.Span
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		ctx, span = tracer.Start(ctx, SpanName(subject, OperationPublish),
-			trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(MessagingAttributes(subject, OperationPublish)...))
+			trace.WithSpanKind(trace.SpanKindProducer))
 		defer span.End()
+		// The attributes go to a span that records only: without an
+		// exporter no span does, and a worker publishes a run event per
+		// finished run. (No sampler the environment can name reads
+		// attributes, so giving them after the start loses nothing.)
+		if span.IsRecording() {
+			span.SetAttributes(MessagingAttributes(subject, OperationPublish)...)
+		}
 	}
 	msg, err := NewMsg(ctx, subject, v)
 	if err == nil {

@@ -201,18 +201,24 @@ func (w *Worker) run(c *claimed) {
 		// The execution belongs to the trace of the run's start.
 		ctx = trace.ContextWithRemoteSpanContext(ctx, c.parent)
 	}
-	ctx, span := w.inst.tracer.Start(ctx, "harvest.execute", trace.WithLinks(c.links...), trace.WithAttributes(
-		attribute.String("harvest.workflow", t.Workflow),
-		attribute.String("harvest.queue", t.Queue),
-		attribute.Int("harvest.shard", t.Shard),
-		attribute.String("harvest.fairness_key", t.Key),
-		attribute.String("harvest.run_id", t.RunID),
-		attribute.String("harvest.tenant", t.Tenant),
-		attribute.Int64("harvest.task_id", t.ID),
-		attribute.Int("harvest.step", t.Step),
-		attribute.Int("harvest.attempt", t.Attempt),
-	))
+	ctx, span := w.inst.tracer.Start(ctx, "harvest.execute", trace.WithLinks(c.links...))
 	defer span.End()
+	// Attributes only for a span that records (see dispatch.Publish):
+	// without an exporter, building them was a few per cent of a worker's
+	// CPU in a flood of short tasks, for nothing.
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("harvest.workflow", t.Workflow),
+			attribute.String("harvest.queue", t.Queue),
+			attribute.Int("harvest.shard", t.Shard),
+			attribute.String("harvest.fairness_key", t.Key),
+			attribute.String("harvest.run_id", t.RunID),
+			attribute.String("harvest.tenant", t.Tenant),
+			attribute.Int64("harvest.task_id", t.ID),
+			attribute.Int("harvest.step", t.Step),
+			attribute.Int("harvest.attempt", t.Attempt),
+		)
+	}
 
 	queueLabel := w.taskLabels(t.Queue, "")
 	w.inst.running.Add(ctx, 1, queueLabel)
