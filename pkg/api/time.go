@@ -16,8 +16,8 @@ type Time struct{ time.Time }
 // MarshalJSON writes the time in TimeLayout, UTC, as a JSON string. The
 // layout's output never needs escaping, so the quotes are appended around
 // it directly: a worker encodes two or three of these in every run event
-// it sends, and going through json.Marshal for each cost more than the
-// rest of the event's encoding.
+// it sends, and going through json.Marshal for each was about a third of
+// the event's encoding (BenchmarkRunMarshal).
 func (t Time) MarshalJSON() ([]byte, error) {
 	b := make([]byte, 0, len(TimeLayout)+2)
 	b = append(b, '"')
