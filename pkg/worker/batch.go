@@ -269,7 +269,12 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 			sctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
 		_, span := w.inst.tracer.Start(sctx, "harvest.claim", trace.WithTimestamp(start),
-			trace.WithLinks(trace.Link{SpanContext: bspan.SpanContext()}), trace.WithAttributes(
+			trace.WithLinks(trace.Link{SpanContext: bspan.SpanContext()}))
+		// A span per task taken: its attributes only when it records, as
+		// the execute span's (see run).
+		recording := span.IsRecording()
+		if recording {
+			span.SetAttributes(
 				attribute.String("harvest.queue", queue),
 				attribute.Int("harvest.shard", w.cfg.Shard),
 				attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
@@ -279,7 +284,8 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 				attribute.String("harvest.fairness_key", ct.Key),
 				attribute.Float64("harvest.claim.lag", r.Lag),
 				attribute.Int64("harvest.task_id", ct.ID),
-				attribute.Int("harvest.attempt", ct.Attempt)))
+				attribute.Int("harvest.attempt", ct.Attempt))
+		}
 		c.links = append(c.links, trace.Link{SpanContext: span.SpanContext()})
 		if err := runKnown(ct); err != nil {
 			span.RecordError(err)
@@ -288,7 +294,9 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 			_, _ = w.release(ctx, c)
 			continue
 		}
-		span.SetAttributes(attribute.String("harvest.run_id", c.task.RunID), attribute.String("harvest.tenant", c.task.Tenant))
+		if recording {
+			span.SetAttributes(attribute.String("harvest.run_id", c.task.RunID), attribute.String("harvest.tenant", c.task.Tenant))
+		}
 		span.End()
 		out = append(out, c)
 	}
