@@ -85,19 +85,26 @@ func (g *Gateway) natsStart(msg *nats.Msg, batch bool) {
 	}
 	ctx, span := g.tracer.Start(dispatch.Extract(context.Background(), msg),
 		dispatch.SpanName(msg.Subject, dispatch.OperationProcess),
-		trace.WithSpanKind(kindOf),
-		trace.WithAttributes(dispatch.MessagingAttributes(msg.Subject, dispatch.OperationProcess)...),
-		trace.WithAttributes(
-			semconv.MessagingConsumerGroupName(g.cfg.QueueGroup),
-			semconv.MessagingMessageBodySize(len(msg.Data))))
+		trace.WithSpanKind(kindOf))
 	defer span.End()
+	// Without an exporter the span only carries ids onward: its
+	// attributes would be built for every start and thrown away.
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(dispatch.MessagingAttributes(msg.Subject, dispatch.OperationProcess)...)
+		span.SetAttributes(
+			semconv.MessagingConsumerGroupName(g.cfg.QueueGroup),
+			semconv.MessagingMessageBodySize(len(msg.Data)))
+	}
 	kind := ".start."
 	if batch {
 		kind = ".start_batch."
 	}
 	tenant := strings.TrimPrefix(msg.Subject, g.cfg.SubjectPrefix+kind)
 	reply := func(status int, v any) {
-		span.SetAttributes(attribute.Int("harvest.status", status))
+		if recording {
+			span.SetAttributes(attribute.Int("harvest.status", status))
+		}
 		if status >= 500 {
 			span.SetStatus(codes.Error, http.StatusText(status))
 		}

@@ -178,11 +178,16 @@ func (g *Gateway) startMany(ctx context.Context, c caller, reqs []api.StartReque
 	for i := range reqs {
 		// Internal: the HTTP and NATS servers make the server span this
 		// one sits under.
-		sctx, span := g.tracer.Start(ctx, "harvest.start", trace.WithSpanKind(trace.SpanKindInternal),
-			trace.WithAttributes(
-				attribute.String("harvest.transport", c.transport),
-				attribute.String("harvest.tenant", c.tenant)))
+		sctx, span := g.tracer.Start(ctx, "harvest.start", trace.WithSpanKind(trace.SpanKindInternal))
 		spans[i], ctxs[i] = span, sctx
+		// A span that records nothing (no exporter) still carries the
+		// trace onward; its attributes would only be built and dropped.
+		recording := span.IsRecording()
+		if recording {
+			span.SetAttributes(
+				attribute.String("harvest.transport", c.transport),
+				attribute.String("harvest.tenant", c.tenant))
+		}
 		if errs != nil && errs[i] != nil {
 			out[i].err = errs[i]
 			continue
@@ -191,10 +196,12 @@ func (g *Gateway) startMany(ctx context.Context, c caller, reqs []api.StartReque
 			out[i].err = e
 			continue
 		}
-		span.SetAttributes(
-			attribute.String("harvest.run_id", reqs[i].ID),
-			attribute.String("harvest.queue", reqs[i].Queue),
-			attribute.String("harvest.fairness_key", reqs[i].Key()))
+		if recording {
+			span.SetAttributes(
+				attribute.String("harvest.run_id", reqs[i].ID),
+				attribute.String("harvest.queue", reqs[i].Queue),
+				attribute.String("harvest.fairness_key", reqs[i].Key()))
+		}
 		todo = append(todo, i)
 	}
 	if len(todo) > 0 {
@@ -218,16 +225,21 @@ func (g *Gateway) startMany(ctx context.Context, c caller, reqs []api.StartReque
 	}
 	elapsed := time.Since(begin).Seconds()
 	for i, span := range spans {
+		recording := span.IsRecording()
 		outcome := "created"
 		switch {
 		case out[i].err != nil:
 			outcome = string(out[i].err.Code)
 			span.SetStatus(codes.Error, out[i].err.Message)
-			span.SetAttributes(attribute.Int("http.response.status_code", out[i].err.Status))
+			if recording {
+				span.SetAttributes(attribute.Int("http.response.status_code", out[i].err.Status))
+			}
 		case !out[i].created:
 			outcome = "replayed"
 		}
-		span.SetAttributes(attribute.String("harvest.outcome", outcome))
+		if recording {
+			span.SetAttributes(attribute.String("harvest.outcome", outcome))
+		}
 		span.End()
 		attrs := g.outcomeOption(c.transport, outcome)
 		g.starts.Add(ctx, 1, attrs)
@@ -252,7 +264,9 @@ func (g *Gateway) startOn(ctx context.Context, c caller, e directory.Entry, reqs
 	var params []runstore.StartParams
 	var index, deferredIdx []int
 	for _, i := range todo {
-		spans[i].SetAttributes(attribute.Int("harvest.shard", shard))
+		if spans[i].IsRecording() {
+			spans[i].SetAttributes(attribute.Int("harvest.shard", shard))
+		}
 		if reqs[i].Deferred() {
 			if e.From() >= 0 {
 				out[i] = started{err: movingError(c.tenant, "deferred starts are taken again once its runs are copied")}
