@@ -70,12 +70,6 @@ func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed
 	// for a claimed task it joins the trace of the run's start (its
 	// context is stored on the task), otherwise it is a trace of its own,
 	// made only when the claim failed.
-	attrs := []attribute.KeyValue{
-		attribute.String("harvest.queue", queue),
-		attribute.Int("harvest.shard", w.cfg.Shard),
-		attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
-		attribute.Bool("harvest.dispatch", id > 0),
-	}
 	req := claim.Request{Queue: queue, Worker: w.cfg.ID, Fair: w.cfg.FairnessKeys,
 		AgingSecs: w.cfg.PriorityAgingSecs, Lease: w.cfg.Lease}
 	start := time.Now()
@@ -97,14 +91,27 @@ func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed
 	}
 	w.inst.claimLatency.Record(ctx, time.Since(start).Seconds(), w.claimLabels(queue, ""))
 	w.inst.claims.Add(ctx, 1, w.claimLabels(queue, outcome))
-	tried := len(res.Refused)
-	if res.OK {
-		tried++
+	// The span's attributes, built only for a span that records (with no
+	// exporter a span only carries ids onward).
+	attrs := func() []attribute.KeyValue {
+		tried := len(res.Refused)
+		if res.OK {
+			tried++
+		}
+		return []attribute.KeyValue{
+			attribute.String("harvest.queue", queue),
+			attribute.Int("harvest.shard", w.cfg.Shard),
+			attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
+			attribute.Bool("harvest.dispatch", id > 0),
+			attribute.String("harvest.claim.outcome", outcome),
+			attribute.Int("harvest.claim.rows_tried", tried),
+		}
 	}
-	attrs = append(attrs, attribute.String("harvest.claim.outcome", outcome),
-		attribute.Int("harvest.claim.rows_tried", tried))
 	if err != nil {
-		_, span := w.inst.tracer.Start(ctx, "harvest.claim", trace.WithTimestamp(start), trace.WithAttributes(attrs...))
+		_, span := w.inst.tracer.Start(ctx, "harvest.claim", trace.WithTimestamp(start))
+		if span.IsRecording() {
+			span.SetAttributes(attrs()...)
+		}
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "claim failed")
 		span.End()
@@ -119,19 +126,25 @@ func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed
 		c.parent = sc
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
-	ctx, span := w.inst.tracer.Start(ctx, "harvest.claim", trace.WithTimestamp(start), trace.WithAttributes(attrs...))
+	ctx, span := w.inst.tracer.Start(ctx, "harvest.claim", trace.WithTimestamp(start))
 	defer span.End()
-	span.SetAttributes(attribute.String("harvest.fairness_key", ct.Key),
-		attribute.Float64("harvest.claim.lag", res.Lag),
-		attribute.Int64("harvest.task_id", ct.ID),
-		attribute.Int("harvest.attempt", ct.Attempt))
+	recording := span.IsRecording()
+	if recording {
+		span.SetAttributes(attrs()...)
+		span.SetAttributes(attribute.String("harvest.fairness_key", ct.Key),
+			attribute.Float64("harvest.claim.lag", res.Lag),
+			attribute.Int64("harvest.task_id", ct.ID),
+			attribute.Int("harvest.attempt", ct.Attempt))
+	}
 	c.links = append(c.links, trace.Link{SpanContext: span.SpanContext()})
 	if err := runKnown(ct); err != nil {
 		span.RecordError(err)
 		w.release(ctx, c)
 		return nil, false, err
 	}
-	span.SetAttributes(attribute.String("harvest.run_id", c.task.RunID), attribute.String("harvest.tenant", c.task.Tenant))
+	if recording {
+		span.SetAttributes(attribute.String("harvest.run_id", c.task.RunID), attribute.String("harvest.tenant", c.task.Tenant))
+	}
 	return c, true, nil
 }
 
