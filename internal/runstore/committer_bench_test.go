@@ -72,3 +72,43 @@ func BenchmarkCommitter(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkStartGroup sends groups of 1, 6 and 27 starts from one caller,
+// one group at a time, so that each op is one start group's round trip
+// (the statement, its commit and the wait for its flush) and the fixed
+// cost of a group shows against its cost per start. The mix sends groups
+// of 2 to 8 starts (docs/benchmarks.md).
+func BenchmarkStartGroup(b *testing.B) {
+	for _, size := range []int{1, 6, 27} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			db := testsvc.NewDB(b)
+			var groups, started atomic.Int64
+			c := NewCommitter(db, 0, CommitterOptions{Admitter: ruleAdmitter{}, AfterCommit: func(cs []Committed) {
+				groups.Add(1)
+				started.Add(int64(len(cs)))
+			}})
+			b.Cleanup(c.Close)
+			ps := make([]StartParams, size)
+			n := 0
+			b.ResetTimer()
+			for range b.N {
+				for i := range ps {
+					n++
+					key := fmt.Sprint("k", n%5)
+					req := api.StartRequest{ID: fmt.Sprint("r", n), Name: "echo", Queue: "shared",
+						FairnessKey: &key, Input: json.RawMessage(`{"n":1}`)}
+					ps[i] = StartParams{Tenant: fmt.Sprint("bench", n%3), Req: req}
+				}
+				for _, o := range c.StartMany(context.Background(), ps) {
+					require.NoError(b, o.Err)
+					require.True(b, o.Result.Created)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*size), "ns/start")
+			if g := groups.Load(); g > 0 {
+				b.ReportMetric(float64(started.Load())/float64(g), "starts/group")
+			}
+		})
+	}
+}

@@ -67,6 +67,18 @@ RETURNS TABLE (ord integer, outcome text, reason text, run_pk bigint, task_id bi
 LANGUAGE plpgsql
 -- No JIT: see harvest_claim_batch.
 SET jit = off
+-- Generic plans, as in the outcome batch (and, set here, in what this calls:
+-- harvest_start_write, the triggers of its inserts): every statement below
+-- finds its rows by tenant, id or queue. Left to choose, the plan cache
+-- planned several of them again on every call, their arrays making a
+-- custom plan look cheaper, which was about a fifth of a one-start
+-- group's time (docs/benchmarks.md, "A start group's fixed cost"). A
+-- generic plan is made once per connection with the table sizes of that
+-- moment, so sequential scans are ruled out: a plan made on a fresh shard
+-- must still take the index once the shard has millions of runs
+-- (TestStartGroupPlansOutliveTheShardsGrowth).
+SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_n         integer := coalesce(cardinality(p_ids), 0);

@@ -1,0 +1,76 @@
+package runstore
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/internal/testsvc"
+)
+
+// A start group's statements run under generic plans
+// (harvest_start_group), made once per connection at its first group. A
+// plan made on a fresh shard must still find its rows by index once the
+// shard holds a long history (and its statistics still say it is empty,
+// as autovacuum left them): a later group on the same connection reads
+// a handful of blocks of runs and tasks, not the tables. The group has a
+// start due later (its tenant's runs not due yet are counted) and one due
+// now (its queue is probed for pending work).
+func TestStartGroupPlansOutliveTheShardsGrowth(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	conn, err := b.db.Acquire(b.ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+
+	group := func(tx pgx.Tx, n int) {
+		t.Helper()
+		rows, err := tx.Query(b.ctx, `
+			SELECT outcome FROM harvest_start_group(
+				ARRAY['acme', 'acme'], ARRAY['later-' || $1::int, 'now-' || $1::int], ARRAY['echo', 'echo'],
+				ARRAY['shared', 'shared'], ARRAY['k', 'k'], ARRAY['', ''], ARRAY[0, 0], ARRAY['{}', '{}'],
+				ARRAY['\x00'::bytea, '\x00'::bytea], ARRAY[3, 3], ARRAY[NULL::bigint, NULL],
+				ARRAY[now() + interval '1 hour', NULL], ARRAY[0::bigint, 0], ARRAY[NULL::text, NULL],
+				NULL, NULL, NULL, 0, 0, 0, false, 0, false)`, n)
+		require.NoError(t, err)
+		outcomes, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{"new", "new"}, outcomes)
+	}
+	// A fresh shard, with the statistics autovacuum takes of it then.
+	_, err = b.db.Exec(b.ctx, `VACUUM ANALYZE runs, tasks`)
+	require.NoError(t, err)
+	tx, err := conn.Begin(b.ctx)
+	require.NoError(t, err)
+	group(tx, 1)
+	require.NoError(t, tx.Commit(b.ctx))
+
+	// The history: finished runs of another tenant in the same queue, with
+	// their done tasks; no ANALYZE, which would make the plans anew.
+	for _, q := range []string{
+		`INSERT INTO runs (tenant, id, name, queue, request_hash, status, attempts, finished_at)
+			SELECT 'other', 'done-' || g, 'echo', 'shared', '\x00', 'completed', 1, now()
+			FROM generate_series(1, 30000) g`,
+		`INSERT INTO tasks (run_pk, queue, state, attempt)
+			SELECT pk, 'shared', 'done', 1 FROM runs WHERE tenant = 'other'`,
+	} {
+		_, err := b.db.Exec(b.ctx, q)
+		require.NoError(t, err, q)
+	}
+	var runPages, taskPages int
+	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT pg_relation_size('runs') / current_setting('block_size')::int,
+		pg_relation_size('tasks') / current_setting('block_size')::int`).Scan(&runPages, &taskPages))
+	require.Greater(t, runPages, 300)
+	require.Greater(t, taskPages, 200)
+
+	tx, err = conn.Begin(b.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(b.ctx) //nolint:errcheck // committed below
+	runBlocks := testsvc.BlocksRead(b.ctx, t, tx, "runs")
+	taskBlocks := testsvc.BlocksRead(b.ctx, t, tx, "tasks")
+	group(tx, 2)
+	require.Less(t, runBlocks(), 30, "blocks of runs read by a group of two starts (runs has %d)", runPages)
+	require.Less(t, taskBlocks(), 30, "blocks of tasks read by a group of two starts (tasks has %d)", taskPages)
+	require.NoError(t, tx.Commit(b.ctx))
+}
