@@ -48,18 +48,24 @@ func TestNewKeyWaitsAtMostOneClaimPerActiveKey(t *testing.T) {
 
 	var claims atomic.Int64
 	var newID atomic.Int64
-	stop := make(chan struct{})
+	var claimed sync.Map // the ids of the tasks claimed so far
+	// The loops stop once the new key's row has been claimed. They judge
+	// it by every id claimed, not by the id of their own last claim: a
+	// loop may claim the row before the test has stored its id.
+	newClaimed := func() bool {
+		id := newID.Load()
+		if id == 0 {
+			return false
+		}
+		_, ok := claimed.Load(id)
+		return ok
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, C)
 	for w := range C {
 		wg.Go(func() {
 			req := claim.Request{Queue: "q", Worker: string(rune('a' + w)), Fair: true}
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !newClaimed() {
 				r, err := claim.Claim(ctx, db, req)
 				if err != nil {
 					errs <- err
@@ -69,12 +75,10 @@ func TestNewKeyWaitsAtMostOneClaimPerActiveKey(t *testing.T) {
 					continue
 				}
 				claims.Add(1)
+				claimed.Store(r.Task.ID, struct{}{})
 				if err := claim.Complete(ctx, db, r.Task.ID, r.Task.LeaseToken, nil); err != nil {
 					errs <- err
 					return
-				}
-				if id := newID.Load(); id != 0 && r.Task.ID == id {
-					go func() { time.Sleep(50 * time.Millisecond); close(stop) }()
 				}
 			}
 		})
