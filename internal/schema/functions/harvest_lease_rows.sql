@@ -14,7 +14,17 @@ DROP FUNCTION IF EXISTS harvest_lease_rows(bigint[], double precision[], text, i
 CREATE OR REPLACE FUNCTION harvest_lease_rows(p_ids bigint[], p_lags double precision[], p_worker text,
                                               p_lease interval, p_secs double precision[] DEFAULT NULL)
 RETURNS SETOF harvest_claimed
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- The bulk steps that call this force generic plans, made once per
+-- connection with the statistics of that moment. Made on a small shard,
+-- the plan joined the ids to the whole of tasks and of runs (by
+-- sequential scans, or with those ruled out by full index scans) and kept
+-- doing so as the tables grew, until a vacuum or analyze made it again.
+-- So the tasks are found by their ids in the index condition, each run by
+-- a probe of its own, and no table is scanned whatever the statistics
+-- (TestLeasePlansOutliveTheShardsGrowth).
+SET enable_seqscan = off
+AS $$
 DECLARE
     v_at timestamptz := clock_timestamp();
 BEGIN
@@ -31,7 +41,7 @@ BEGIN
             claimed_by       = p_worker,
             claimed_at       = v_at + (p.ord - 1) * interval '1 microsecond',
             charged_secs     = p.secs
-        FROM p WHERE t.id = p.id
+        FROM p WHERE t.id = p.id AND t.id = ANY (p_ids)
         RETURNING t.*, p.ord, p.lag
     )
     SELECT 'ok'::text, u.lag, '[]'::jsonb, u.id, u.run_pk, u.queue, u.fairness_key, u.quota_key, u.priority,
@@ -41,7 +51,9 @@ BEGIN
            CASE WHEN x.status IN ('queued', 'running') THEN 'running' ELSE x.status END,
            x.max_attempts, x.timeout_ms
     FROM u
-    JOIN runs x ON x.pk = u.run_pk
+    -- OFFSET 0 keeps the subquery a probe of the run's primary key.
+    CROSS JOIN LATERAL (SELECT r.tenant, r.id, r.name, r.status, r.max_attempts, r.timeout_ms FROM runs r
+                        WHERE r.pk = u.run_pk OFFSET 0) x
     ORDER BY u.ord;
 END
 $$;

@@ -18,6 +18,11 @@ CREATE OR REPLACE FUNCTION harvest_rows_lock(p_queue text, p_prio integer, p_ids
 RETURNS bigint[]
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
+-- A generic plan is made once per connection, with the statistics of that
+-- moment: made on a shard of a few hundred tasks it read the ids by a
+-- sequential scan of tasks, and kept doing so as the table grew until a
+-- vacuum or analyze made it again (TestLeasePlansOutliveTheShardsGrowth).
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_ids bigint[];
