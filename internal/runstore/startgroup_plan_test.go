@@ -48,19 +48,7 @@ func TestStartGroupPlansOutliveTheShardsGrowth(t *testing.T) {
 
 	// The history: finished runs of another tenant in the same queue, with
 	// their done tasks; no ANALYZE, which would make the plans anew.
-	for _, q := range []string{
-		`INSERT INTO runs (tenant, id, name, queue, request_hash, status, attempts, finished_at)
-			SELECT 'other', 'done-' || g, 'echo', 'shared', '\x00', 'completed', 1, now()
-			FROM generate_series(1, 30000) g`,
-		`INSERT INTO tasks (run_pk, queue, state, attempt)
-			SELECT pk, 'shared', 'done', 1 FROM runs WHERE tenant = 'other'`,
-	} {
-		_, err := b.db.Exec(b.ctx, q)
-		require.NoError(t, err, q)
-	}
-	var runPages, taskPages int
-	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT pg_relation_size('runs') / current_setting('block_size')::int,
-		pg_relation_size('tasks') / current_setting('block_size')::int`).Scan(&runPages, &taskPages))
+	runPages, taskPages := testsvc.AddHistory(b.ctx, t, b.db, "shared", 30000)
 	require.Greater(t, runPages, 300)
 	require.Greater(t, taskPages, 200)
 

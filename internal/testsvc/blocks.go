@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // BlocksRead starts counting the heap blocks of table that tx fetches
@@ -27,4 +28,28 @@ func BlocksRead(ctx context.Context, t testing.TB, tx pgx.Tx, table string) func
 		t.Helper()
 		return fetched() - before
 	}
+}
+
+// AddHistory gives a migrated shard a history of n finished runs in queue,
+// each with its done task (under the fairness key "history", of the tenant
+// "history"), without the ANALYZE that would let plans made earlier see
+// it. It returns the pages of runs and tasks afterwards. With BlocksRead,
+// tests use it to show that a plan made on a small shard still finds its
+// rows by index once the shard has grown.
+func AddHistory(ctx context.Context, t testing.TB, db *pgxpool.Pool, queue string, n int) (runPages, taskPages int) {
+	t.Helper()
+	if _, err := db.Exec(ctx, `INSERT INTO runs (tenant, id, name, queue, request_hash, status, attempts, claimed_at, finished_at)
+		SELECT 'history', 'done-' || g, 'wf', $1, '\x00', 'completed', 1, now(), now()
+		FROM generate_series(1, $2::int) g`, queue, n); err != nil {
+		t.Fatalf("testsvc: history runs: %v", err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO tasks (run_pk, queue, fairness_key, state, attempt, claimed_at)
+		SELECT pk, queue, 'history', 'done', 1, now() FROM runs WHERE tenant = 'history'`); err != nil {
+		t.Fatalf("testsvc: history tasks: %v", err)
+	}
+	if err := db.QueryRow(ctx, `SELECT pg_relation_size('runs') / current_setting('block_size')::int,
+		pg_relation_size('tasks') / current_setting('block_size')::int`).Scan(&runPages, &taskPages); err != nil {
+		t.Fatalf("testsvc: history: pages: %v", err)
+	}
+	return runPages, taskPages
 }

@@ -274,17 +274,9 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 		// the execute span's (see run).
 		recording := span.IsRecording()
 		if recording {
-			span.SetAttributes(
-				attribute.String("harvest.queue", queue),
-				attribute.Int("harvest.shard", w.cfg.Shard),
-				attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
-				attribute.Bool("harvest.dispatch", false),
-				attribute.Int("harvest.claim.batch", len(took)),
-				attribute.String("harvest.claim.outcome", "ok"),
-				attribute.String("harvest.fairness_key", ct.Key),
-				attribute.Float64("harvest.claim.lag", r.Lag),
-				attribute.Int64("harvest.task_id", ct.ID),
-				attribute.Int("harvest.attempt", ct.Attempt))
+			span.SetAttributes(w.claimAttrs(queue, false, "ok")...)
+			span.SetAttributes(attribute.Int("harvest.claim.batch", len(took)))
+			span.SetAttributes(takenAttrs(ct, r.Lag)...)
 		}
 		c.links = append(c.links, trace.Link{SpanContext: span.SpanContext()})
 		if err := runKnown(ct); err != nil {
@@ -295,7 +287,7 @@ func (w *Worker) claimBatchOne(ctx context.Context, queue string, n int) ([]*cla
 			continue
 		}
 		if recording {
-			span.SetAttributes(attribute.String("harvest.run_id", c.task.RunID), attribute.String("harvest.tenant", c.task.Tenant))
+			span.SetAttributes(runAttrs(c)...)
 		}
 		span.End()
 		out = append(out, c)

@@ -98,14 +98,7 @@ func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed
 		if res.OK {
 			tried++
 		}
-		return []attribute.KeyValue{
-			attribute.String("harvest.queue", queue),
-			attribute.Int("harvest.shard", w.cfg.Shard),
-			attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
-			attribute.Bool("harvest.dispatch", id > 0),
-			attribute.String("harvest.claim.outcome", outcome),
-			attribute.Int("harvest.claim.rows_tried", tried),
-		}
+		return append(w.claimAttrs(queue, id > 0, outcome), attribute.Int("harvest.claim.rows_tried", tried))
 	}
 	if err != nil {
 		_, span := w.inst.tracer.Start(ctx, "harvest.claim", trace.WithTimestamp(start))
@@ -131,10 +124,7 @@ func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed
 	recording := span.IsRecording()
 	if recording {
 		span.SetAttributes(attrs()...)
-		span.SetAttributes(attribute.String("harvest.fairness_key", ct.Key),
-			attribute.Float64("harvest.claim.lag", res.Lag),
-			attribute.Int64("harvest.task_id", ct.ID),
-			attribute.Int("harvest.attempt", ct.Attempt))
+		span.SetAttributes(takenAttrs(ct, res.Lag)...)
 	}
 	c.links = append(c.links, trace.Link{SpanContext: span.SpanContext()})
 	if err := runKnown(ct); err != nil {
@@ -143,9 +133,38 @@ func (w *Worker) claimOne(ctx context.Context, queue string, id int64) (*claimed
 		return nil, false, err
 	}
 	if recording {
-		span.SetAttributes(attribute.String("harvest.run_id", c.task.RunID), attribute.String("harvest.tenant", c.task.Tenant))
+		span.SetAttributes(runAttrs(c)...)
 	}
 	return c, true, nil
+}
+
+// claimAttrs are the attributes every harvest.claim span carries: where
+// the claim ran and how it ended. Built only for a span that records
+// (with no exporter a span only carries ids onward).
+func (w *Worker) claimAttrs(queue string, dispatch bool, outcome string) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String("harvest.queue", queue),
+		attribute.Int("harvest.shard", w.cfg.Shard),
+		attribute.Bool("harvest.fair", w.cfg.FairnessKeys),
+		attribute.Bool("harvest.dispatch", dispatch),
+		attribute.String("harvest.claim.outcome", outcome),
+	}
+}
+
+// takenAttrs are a claim span's attributes for the task it took.
+func takenAttrs(ct claim.Task, lag float64) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String("harvest.fairness_key", ct.Key),
+		attribute.Float64("harvest.claim.lag", lag),
+		attribute.Int64("harvest.task_id", ct.ID),
+		attribute.Int("harvest.attempt", ct.Attempt),
+	}
+}
+
+// runAttrs name a claimed task's run on its claim span, once runKnown has
+// checked the claim returned it.
+func runAttrs(c *claimed) []attribute.KeyValue {
+	return []attribute.KeyValue{attribute.String("harvest.run_id", c.task.RunID), attribute.String("harvest.tenant", c.task.Tenant)}
 }
 
 // claimedTask is a claimed task as the worker holds it: the task and its

@@ -30,6 +30,14 @@ CREATE OR REPLACE FUNCTION harvest_claim_bulk_sticky(p_queue text, p_worker text
 RETURNS SETOF harvest_claimed
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
+-- The generic plans are made once per connection, from the statistics of
+-- that moment. Made on a small shard, both the plan and the lock read the
+-- worker's pinned rows by a sequential scan of tasks, and went on doing so
+-- over the whole history as the shard grew, until an analyze made them
+-- again. With sequential scans ruled out the pinned rows come from their
+-- partial index and the lock's rows by id, whatever the statistics
+-- (TestBulkPlansOutliveTheShardsGrowth).
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_now     timestamptz := coalesce(p_now, now());
