@@ -38,12 +38,22 @@ func BlocksRead(ctx context.Context, t testing.TB, tx pgx.Tx, table string) func
 // rows by index once the shard has grown.
 func AddHistory(ctx context.Context, t testing.TB, db *pgxpool.Pool, queue string, n int) (runPages, taskPages int) {
 	t.Helper()
-	if _, err := db.Exec(ctx, `INSERT INTO runs (tenant, id, name, queue, request_hash, status, attempts, claimed_at, finished_at)
+	// A connection of its own: the foreign key's check of each task
+	// against runs keeps the plan it made at its first use on a
+	// connection, and one made while runs was small scans it for every
+	// row (30,000 tasks then take half a minute). Here it is made once the
+	// runs are in.
+	conn, err := pgx.ConnectConfig(ctx, db.Config().ConnConfig.Copy())
+	if err != nil {
+		t.Fatalf("testsvc: history: connect: %v", err)
+	}
+	defer conn.Close(ctx) //nolint:errcheck // nothing left to flush
+	if _, err := conn.Exec(ctx, `INSERT INTO runs (tenant, id, name, queue, request_hash, status, attempts, claimed_at, finished_at)
 		SELECT 'history', 'done-' || g, 'wf', $1, '\x00', 'completed', 1, now(), now()
 		FROM generate_series(1, $2::int) g`, queue, n); err != nil {
 		t.Fatalf("testsvc: history runs: %v", err)
 	}
-	if _, err := db.Exec(ctx, `INSERT INTO tasks (run_pk, queue, fairness_key, state, attempt, claimed_at)
+	if _, err := conn.Exec(ctx, `INSERT INTO tasks (run_pk, queue, fairness_key, state, attempt, claimed_at)
 		SELECT pk, queue, 'history', 'done', 1, now() FROM runs WHERE tenant = 'history'`); err != nil {
 		t.Fatalf("testsvc: history tasks: %v", err)
 	}

@@ -18,8 +18,9 @@ CREATE OR REPLACE FUNCTION harvest_claim(p_queue text, p_worker text, p_now time
                                          p_release_early boolean)
 RETURNS harvest_claimed
 LANGUAGE plpgsql
--- No JIT: see harvest_claim_batch.
+-- No JIT and no sequential scans: see harvest_claim_batch.
 SET jit = off
+SET enable_seqscan = off
 AS $$
 DECLARE
     r_out  harvest_claimed;

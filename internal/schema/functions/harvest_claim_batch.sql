@@ -49,6 +49,17 @@ LANGUAGE plpgsql
 -- million rows the estimate crosses jit_above_cost and every call compiled
 -- its plan first: 200 ms of JIT for a fair bulk step that ran in 0.4 ms.
 SET jit = off
+-- No sequential scans, here and in the other entry points of the claim
+-- (the setting holds for the functions they call). Each of the claim's
+-- statements finds its rows by id, key or head through an index, but the
+-- plans are kept per connection: generic plans (forced in the bulk steps,
+-- settled on by the plan cache elsewhere) made on a small shard chose
+-- sequential scans of tasks, and kept them as the shard grew until an
+-- analyze made them anew. The single step's lease then read the whole
+-- table for its one row, the fold of new arrivals and the promotion of
+-- due retries hash-joined against all of it
+-- (TestClaimPlansOutliveTheShardsGrowth).
+SET enable_seqscan = off
 AS $$
 DECLARE
     r_out  harvest_claimed;

@@ -134,7 +134,11 @@ BEGIN
     IF p_above IS NOT NULL THEN
         FOR r_head IN
             SELECT f.pass, f.head_prio, h.id, h.state, h.priority, h.quota_key, h.continuation, h.due_at
-            FROM fair_state f LEFT JOIN tasks h ON h.id = f.head_id
+            FROM fair_state f
+            -- Each head by a probe of its own, whatever the cached plan
+            -- thinks of the tables' sizes (harvest_fair_fold says why).
+            LEFT JOIN LATERAL (SELECT x.id, x.state, x.priority, x.quota_key, x.continuation, x.due_at
+                               FROM tasks x WHERE x.id = f.head_id OFFSET 0) h ON true
             WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND f.head_prio > p_above
         LOOP
             v_why := (SELECT e->>'reason' FROM jsonb_array_elements(p_ref) e

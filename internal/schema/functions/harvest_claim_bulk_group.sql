@@ -275,7 +275,9 @@ BEGIN
             SELECT f.key, f.pass, f.head_prio, h.id, h.state, h.priority, h.quota_key, h.continuation, h.due_at,
                    g.pass AS gpass, coalesce(g.key_clock, 0) AS kc
             FROM fair_state f
-            LEFT JOIN tasks h ON h.id = f.head_id
+            -- Each head by a probe of its own (harvest_fair_fold says why).
+            LEFT JOIN LATERAL (SELECT x.id, x.state, x.priority, x.quota_key, x.continuation, x.due_at
+                               FROM tasks x WHERE x.id = f.head_id OFFSET 0) h ON true
             LEFT JOIN LATERAL (SELECT g0.pass, g0.key_clock FROM fair_groups g0
                                WHERE g0.queue = p_queue AND g0.grp = split_part(f.key, '/', 1) LIMIT 1) g ON true
             WHERE f.queue = p_queue AND f.head_id IS NOT NULL AND f.head_prio > p_above

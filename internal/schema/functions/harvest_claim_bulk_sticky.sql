@@ -36,7 +36,7 @@ SET plan_cache_mode = force_generic_plan
 -- over the whole history as the shard grew, until an analyze made them
 -- again. With sequential scans ruled out the pinned rows come from their
 -- partial index and the lock's rows by id, whatever the statistics
--- (TestBulkPlansOutliveTheShardsGrowth).
+-- (TestClaimPlansOutliveTheShardsGrowth).
 SET enable_seqscan = off
 AS $$
 DECLARE

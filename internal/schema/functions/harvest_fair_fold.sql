@@ -29,11 +29,16 @@ BEGIN
     ), seen AS (
         -- Whether each arrival's row is still pending where it said. The
         -- row is found by its id alone, and the rest compared after, so
-        -- that no plan reads a queue's pending rows to find it.
+        -- that no plan reads a queue's pending rows to find it; and each
+        -- by a probe of its own (OFFSET 0 keeps the subquery apart), as a
+        -- join let the plan cached on a small shard merge the arrivals
+        -- with a scan of the whole primary key.
         SELECT b.*, coalesce(t.state = 'pending' AND t.queue = p_queue AND t.fairness_key = b.key
                              AND t.priority = b.head_prio AND t.continuation = b.head_cont
                              AND t.due_at = b.head_due, false) AS pending
-        FROM best b LEFT JOIN tasks t ON t.id = b.head_id
+        FROM best b
+        LEFT JOIN LATERAL (SELECT x.state, x.queue, x.fairness_key, x.priority, x.continuation, x.due_at
+                           FROM tasks x WHERE x.id = b.head_id OFFSET 0) t ON true
     ), live AS (
         SELECT s.key, s.head_id, s.head_prio, s.head_cont, s.head_due FROM seen s WHERE s.pending
         UNION ALL

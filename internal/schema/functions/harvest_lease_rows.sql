@@ -22,7 +22,7 @@ LANGUAGE plpgsql
 -- doing so as the tables grew, until a vacuum or analyze made it again.
 -- So the tasks are found by their ids in the index condition, each run by
 -- a probe of its own, and no table is scanned whatever the statistics
--- (TestBulkPlansOutliveTheShardsGrowth).
+-- (TestClaimPlansOutliveTheShardsGrowth).
 SET enable_seqscan = off
 AS $$
 DECLARE

@@ -2,7 +2,11 @@
 -- is NULL), at most p_limit of them, skipping rows another promoter holds.
 -- Each promoted row is announced to the fair claimers (tasks_arrive).
 CREATE OR REPLACE FUNCTION harvest_promote_due(p_queue text, p_now timestamptz, p_limit integer) RETURNS integer
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- The due rows by tasks_scheduled_due and their update by id, whatever the
+-- statistics the cached plan was made with (see harvest_claim_batch).
+SET enable_seqscan = off
+AS $$
 DECLARE
     v_n integer;
 BEGIN
