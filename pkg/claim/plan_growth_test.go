@@ -1,8 +1,11 @@
 package claim_test
 
 import (
+	"time"
+
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/internal/testsvc"
@@ -127,4 +130,66 @@ func arrive(tb *bundle, n int) {
 		SELECT pk, 'q', 't0/k-0', CASE WHEN row_number() OVER (ORDER BY pk) <= $1 THEN 'pending' ELSE 'scheduled' END,
 		       now() - interval '1 second'
 		FROM r`, n)
+}
+
+// The worker's heartbeat and the janitor's rescue of expired leases keep
+// their plans per connection as the claim does: made on a small shard and
+// kept as it grew, they must still find the leases and their runs by
+// index. Each runs often enough on one connection for the plan cache to
+// settle, the shard grows, and the next call on that connection reads a
+// few blocks for each lease it handles.
+func TestLeasePlansOutliveTheShardsGrowth(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		call func(tb *bundle, db shard.Querier, leases []claim.Lease)
+	}{
+		{"heartbeat", func(tb *bundle, db shard.Querier, leases []claim.Lease) {
+			beats, err := claim.Heartbeats(tb.ctx, db, leases, time.Hour)
+			require.NoError(tb.t, err)
+			for i, b := range beats {
+				require.Equal(tb.t, claim.BeatOK, b, "lease %d", i)
+			}
+		}},
+		{"rescue", func(tb *bundle, db shard.Querier, leases []claim.Lease) {
+			ids := make([]int64, len(leases))
+			for i, l := range leases {
+				ids[i] = l.ID
+			}
+			// The leases run out: written on another connection, as a
+			// simple query (a prepared one would keep a plan of its own
+			// made on the small shard, and read the table here).
+			_, err := tb.db.Exec(tb.ctx, `UPDATE tasks SET lease_expires_at = now() - interval '1 second' WHERE id = ANY ($1)`,
+				pgx.QueryExecModeSimpleProtocol, ids)
+			require.NoError(tb.t, err)
+			r, err := claim.RescueExpired(tb.ctx, db, 1000)
+			require.NoError(tb.t, err)
+			require.Equal(tb.t, len(leases), r.Requeued+r.Failed)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tb := setup(t)
+			conn, err := tb.db.Acquire(tb.ctx)
+			require.NoError(t, err)
+			defer conn.Release()
+			tb.exec(`VACUUM ANALYZE tasks, runs`)
+			for range 8 {
+				tc.call(tb, conn, tb.leaseMany(3, time.Minute))
+			}
+
+			_, pages := testsvc.AddHistory(tb.ctx, t, tb.db, "q", 30000)
+			require.Greater(t, pages, 500, "the history must outgrow the bound below")
+			leases := tb.leaseMany(20, time.Minute)
+
+			tx, err := conn.Begin(tb.ctx)
+			require.NoError(t, err)
+			defer tx.Rollback(tb.ctx) //nolint:errcheck // read only
+			taskBlocks := testsvc.BlocksRead(tb.ctx, t, tx, "tasks")
+			runBlocks := testsvc.BlocksRead(tb.ctx, t, tx, "runs")
+			tc.call(tb, tx, leases)
+			require.Less(t, taskBlocks(), 400, "blocks of tasks read for 20 leases (tasks has %d)", pages)
+			require.Less(t, runBlocks(), 400, "blocks of runs read for 20 leases")
+		})
+	}
 }

@@ -2,8 +2,10 @@
 -- lease token. Returns the new expiry.
 CREATE OR REPLACE FUNCTION harvest_heartbeat(p_id bigint, p_token uuid, p_extend interval) RETURNS timestamptz
 LANGUAGE plpgsql
--- No JIT: see harvest_claim_batch.
+-- No JIT and no sequential scans: see harvest_claim_batch and
+-- harvest_heartbeat_many.
 SET jit = off
+SET enable_seqscan = off
 AS $$
 DECLARE
     r_task tasks%ROWTYPE := harvest_leased(p_id, p_token);

@@ -15,6 +15,12 @@ RETURNS TABLE (task_id bigint, outcome text)
 LANGUAGE plpgsql
 -- No JIT: see harvest_claim_batch.
 SET jit = off
+-- No sequential scans either: a worker beats on one connection for hours,
+-- and the plans the cache settled on while the shard was small read the
+-- whole of tasks (the lock) and of runs (the answer's join) for every beat
+-- once the shard had grown, until an analyze made them anew
+-- (TestLeasePlansOutliveTheShardsGrowth).
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_ids bigint[];

@@ -22,7 +22,14 @@
 -- one would take tenant rows in lease order, which a start group holding
 -- two of the same tenants in the other order would deadlock with.
 CREATE OR REPLACE FUNCTION harvest_rescue_expired(p_limit integer, OUT rescued integer, OUT failed integer)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- No sequential scans (and so no JIT, which a plan costed with them ruled
+-- out could tempt): the janitor's connection keeps its plans, and those
+-- made on a small shard read the whole of tasks and of runs for every
+-- lease rescued once the shard had grown (TestLeasePlansOutliveTheShardsGrowth).
+SET jit = off
+SET enable_seqscan = off
+AS $$
 DECLARE
     v_ids  bigint[];
     r_task record;
@@ -40,18 +47,25 @@ BEGIN
     END IF;
     -- The runs (each is written below: its attempt counted, or failed),
     -- then the tenants' rows of those that have used their attempts.
+    -- Every read below goes by key: the runs by an array of their keys,
+    -- each task's run by a probe of its own (OFFSET 0 keeps it apart); as
+    -- joins, the plans cached on a small shard merged the leases with a
+    -- scan of the whole primary key.
     PERFORM 1 FROM runs r
-    WHERE r.pk IN (SELECT t.run_pk FROM tasks t WHERE t.id = ANY (v_ids))
+    WHERE r.pk = ANY (ARRAY(SELECT t.run_pk FROM tasks t WHERE t.id = ANY (v_ids)))
     ORDER BY r.pk FOR UPDATE;
     -- (The count rows in byte order and the shard's count stripes they
     -- fall into, ascending: harvest_running_lock.)
     PERFORM harvest_running_lock(ARRAY(
-        SELECT r.tenant FROM tasks t JOIN runs r ON r.pk = t.run_pk
+        SELECT r.tenant FROM tasks t
+        CROSS JOIN LATERAL (SELECT r0.tenant, r0.max_attempts, r0.status FROM runs r0
+                            WHERE r0.pk = t.run_pk OFFSET 0) r
         WHERE t.id = ANY (v_ids) AND t.attempt >= r.max_attempts
           AND r.status NOT IN ('completed', 'failed', 'cancelled')));
     FOR r_task IN
         SELECT t.id, t.run_pk, t.attempt, t.claimed_at, r.max_attempts
-        FROM tasks t LEFT JOIN runs r ON r.pk = t.run_pk
+        FROM tasks t
+        LEFT JOIN LATERAL (SELECT r0.max_attempts FROM runs r0 WHERE r0.pk = t.run_pk OFFSET 0) r ON true
         WHERE t.id = ANY (v_ids)
         ORDER BY t.lease_expires_at
     LOOP
