@@ -138,7 +138,7 @@ func arrive(tb *bundle, n int) {
 // index. Each runs often enough on one connection for the plan cache to
 // settle, the shard grows, and the next call on that connection reads a
 // few blocks for each lease it handles.
-func TestLeasePlansOutliveTheShardsGrowth(t *testing.T) {
+func TestHeartbeatAndRescuePlansOutliveTheShardsGrowth(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string

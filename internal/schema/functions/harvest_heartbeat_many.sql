@@ -19,7 +19,7 @@ SET jit = off
 -- and the plans the cache settled on while the shard was small read the
 -- whole of tasks (the lock) and of runs (the answer's join) for every beat
 -- once the shard had grown, until an analyze made them anew
--- (TestLeasePlansOutliveTheShardsGrowth).
+-- (TestHeartbeatAndRescuePlansOutliveTheShardsGrowth).
 SET enable_seqscan = off
 AS $$
 DECLARE

@@ -26,7 +26,7 @@ LANGUAGE plpgsql
 -- No sequential scans (and so no JIT, which a plan costed with them ruled
 -- out could tempt): the janitor's connection keeps its plans, and those
 -- made on a small shard read the whole of tasks and of runs for every
--- lease rescued once the shard had grown (TestLeasePlansOutliveTheShardsGrowth).
+-- lease rescued once the shard had grown (TestHeartbeatAndRescuePlansOutliveTheShardsGrowth).
 SET jit = off
 SET enable_seqscan = off
 AS $$
