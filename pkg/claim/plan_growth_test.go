@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/harvest-run/harvest/internal/testsvc"
@@ -51,9 +52,7 @@ func TestClaimPlansOutliveTheShardsGrowth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tb := setup(t)
-			conn, err := tb.db.Acquire(tb.ctx)
-			require.NoError(t, err)
-			defer conn.Release()
+			conn := tb.conn()
 			if tc.twoLevel {
 				tb.exec(`SELECT harvest_queue_fairness_set('q', true, 'claims', 'test')`)
 			}
@@ -100,20 +99,10 @@ func TestClaimPlansOutliveTheShardsGrowth(t *testing.T) {
 				require.Equal(t, 2, take(conn, 2))
 			}
 
-			// The history, without the ANALYZE that would make the plans
-			// anew; then two starts and two due retries.
-			_, pages := testsvc.AddHistory(tb.ctx, t, tb.db, "q", 30000)
-			require.Greater(t, pages, 500, "the history must outgrow the bound below")
-			arrive(tb, 2)
-
-			tx, err := conn.Begin(tb.ctx)
-			require.NoError(t, err)
-			defer tx.Rollback(tb.ctx) //nolint:errcheck // read only
-			taskBlocks := testsvc.BlocksRead(tb.ctx, t, tx, "tasks")
-			runBlocks := testsvc.BlocksRead(tb.ctx, t, tx, "runs")
-			require.Equal(t, 20, take(tx, 20))
-			require.Less(t, taskBlocks(), 400, "blocks of tasks read by 20 claims (tasks has %d)", pages)
-			require.Less(t, runBlocks(), 400, "blocks of runs read by 20 claims")
+			// The history, then two starts and two due retries.
+			afterGrowth(t, tb, conn, func() { arrive(tb, 2) }, func(tx pgx.Tx) {
+				require.Equal(t, 20, take(tx, 20))
+			})
 		})
 	}
 }
@@ -170,26 +159,37 @@ func TestHeartbeatAndRescuePlansOutliveTheShardsGrowth(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tb := setup(t)
-			conn, err := tb.db.Acquire(tb.ctx)
-			require.NoError(t, err)
-			defer conn.Release()
+			conn := tb.conn()
 			tb.exec(`VACUUM ANALYZE tasks, runs`)
 			for range 8 {
 				tc.call(tb, conn, tb.leaseMany(3, time.Minute))
 			}
 
-			_, pages := testsvc.AddHistory(tb.ctx, t, tb.db, "q", 30000)
-			require.Greater(t, pages, 500, "the history must outgrow the bound below")
-			leases := tb.leaseMany(20, time.Minute)
-
-			tx, err := conn.Begin(tb.ctx)
-			require.NoError(t, err)
-			defer tx.Rollback(tb.ctx) //nolint:errcheck // read only
-			taskBlocks := testsvc.BlocksRead(tb.ctx, t, tx, "tasks")
-			runBlocks := testsvc.BlocksRead(tb.ctx, t, tx, "runs")
-			tc.call(tb, tx, leases)
-			require.Less(t, taskBlocks(), 400, "blocks of tasks read for 20 leases (tasks has %d)", pages)
-			require.Less(t, runBlocks(), 400, "blocks of runs read for 20 leases")
+			var leases []claim.Lease
+			afterGrowth(t, tb, conn, func() { leases = tb.leaseMany(20, time.Minute) }, func(tx pgx.Tx) {
+				tc.call(tb, tx, leases)
+			})
 		})
 	}
+}
+
+// afterGrowth gives tb's shard its history (testsvc.AddHistory: 30,000
+// finished runs and tasks, without the ANALYZE that would make the plans
+// anew), runs then, and requires measure, run on conn in a transaction,
+// to read fewer than 400 blocks of tasks and of runs: a few for each of
+// the 20 rows the callers handle, far under one scan of either table.
+func afterGrowth(t *testing.T, tb *bundle, conn *pgxpool.Conn, then func(), measure func(tx pgx.Tx)) {
+	t.Helper()
+	runPages, taskPages := testsvc.AddHistory(tb.ctx, t, tb.db, "q", 30000)
+	require.Greater(t, taskPages, 500, "the history must outgrow the bound below")
+	require.Greater(t, runPages, 400, "the history must outgrow the bound below")
+	then()
+	tx, err := conn.Begin(tb.ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(tb.ctx) //nolint:errcheck // read only
+	taskBlocks := testsvc.BlocksRead(tb.ctx, t, tx, "tasks")
+	runBlocks := testsvc.BlocksRead(tb.ctx, t, tx, "runs")
+	measure(tx)
+	require.Less(t, taskBlocks(), 400, "blocks of tasks read (tasks has %d)", taskPages)
+	require.Less(t, runBlocks(), 400, "blocks of runs read (runs has %d)", runPages)
 }

@@ -33,6 +33,16 @@ func setup(t testing.TB) *bundle {
 	return &bundle{ctx: ctx, db: testsvc.NewDB(t), t: t}
 }
 
+// conn holds one connection of the bundle's pool for the rest of the test:
+// for tests of what a connection keeps between statements (its plans).
+func (b *bundle) conn() *pgxpool.Conn {
+	b.t.Helper()
+	c, err := b.db.Acquire(b.ctx)
+	require.NoError(b.t, err)
+	b.t.Cleanup(c.Release)
+	return c
+}
+
 // runOpts describes a run made by the factory.
 type runOpts struct {
 	Tenant      string // default "t1"
