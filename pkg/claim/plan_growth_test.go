@@ -1,9 +1,8 @@
 package claim_test
 
 import (
-	"time"
-
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"

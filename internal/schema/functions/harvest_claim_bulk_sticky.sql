@@ -34,10 +34,10 @@ SET plan_cache_mode = force_generic_plan
 -- that moment. Made on a small shard, both the plan and the lock read the
 -- worker's pinned rows by a sequential scan of tasks, and went on doing so
 -- over the whole history as the shard grew, until an analyze made them
--- again. With sequential scans ruled out the pinned rows come from their
--- partial index and the lock's rows by id, whatever the statistics
+-- again. Under the claim's entry points, which rule sequential scans out
+-- (harvest_claim_batch), the pinned rows come from their partial index and
+-- the lock's rows by id, whatever the statistics
 -- (TestClaimPlansOutliveTheShardsGrowth).
-SET enable_seqscan = off
 AS $$
 DECLARE
     v_now     timestamptz := coalesce(p_now, now());

@@ -20,10 +20,10 @@ LANGUAGE plpgsql
 -- the plan joined the ids to the whole of tasks and of runs (by
 -- sequential scans, or with those ruled out by full index scans) and kept
 -- doing so as the tables grew, until a vacuum or analyze made it again.
--- So the tasks are found by their ids in the index condition, each run by
--- a probe of its own, and no table is scanned whatever the statistics
--- (TestClaimPlansOutliveTheShardsGrowth).
-SET enable_seqscan = off
+-- So the tasks are found by their ids in the index condition and each run
+-- by a probe of its own; sequential scans are ruled out by the claim's
+-- entry points, which this runs under (harvest_claim_batch), so no table
+-- is scanned whatever the statistics (TestClaimPlansOutliveTheShardsGrowth).
 AS $$
 DECLARE
     v_at timestamptz := clock_timestamp();

@@ -21,8 +21,9 @@ SET plan_cache_mode = force_generic_plan
 -- A generic plan is made once per connection, with the statistics of that
 -- moment: made on a shard of a few hundred tasks it read the ids by a
 -- sequential scan of tasks, and kept doing so as the table grew until a
--- vacuum or analyze made it again (TestClaimPlansOutliveTheShardsGrowth).
-SET enable_seqscan = off
+-- vacuum or analyze made it again; the claim's entry points, which this
+-- runs under, now rule sequential scans out (harvest_claim_batch,
+-- TestClaimPlansOutliveTheShardsGrowth).
 AS $$
 DECLARE
     v_ids bigint[];
