@@ -5,7 +5,9 @@
 // older than the audit retention, fires the deferred starts
 // (throttle, debounce, batch) whose time came and prunes the finished ones,
 // and, while the rate-limit bucket GC is on, drops idle rate buckets and
-// idle fairness state.
+// idle fairness state. Where the server's autovacuum is off or lags, it
+// also analyzes the tables written far past their statistics, so that the
+// plans connections keep are made again for the tables as they are.
 //
 // Any number of janitors may run against one shard at once (every worker
 // runs one by default). The rescue, the promotion and the firing of

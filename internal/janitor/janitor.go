@@ -25,6 +25,7 @@ var (
 	sqlFairVacuum       = sqlfile.Must(sqlFiles, "FairVacuum")
 	sqlClockNow         = sqlfile.Must(sqlFiles, "ClockNow")
 	sqlAuditDelete      = sqlfile.Must(sqlFiles, "AuditDeleteExpired")
+	sqlAnalyzeDue       = sqlfile.Must(sqlFiles, "TableAnalyzeDue")
 )
 
 // Settings are the janitor's knobs. The envconfig tags read them from
@@ -120,6 +121,10 @@ type Counts struct {
 	DeferredFired     int
 	DeferredCancelled int
 	DeferredPruned    int
+	// Analyzed counts tables analyzed because their statistics fell
+	// behind their writes (exclusive; only where autovacuum is off or
+	// behind).
+	Analyzed int
 }
 
 // WakeQueues counts the fired runs by queue, leaving out those whose first
@@ -275,6 +280,9 @@ func (l *Loop) Run(ctx context.Context) {
 		}
 		if rep.DeferredFired > 0 {
 			log.Debug("janitor fired deferred starts", "runs", rep.DeferredFired)
+		}
+		if rep.Analyzed > 0 {
+			log.Debug("janitor analyzed tables whose statistics fell behind (autovacuum off or behind)", "tables", rep.Analyzed)
 		}
 		if rep.Recounted > 0 {
 			log.Warn("janitor fixed running counts", "tenants", rep.Recounted)

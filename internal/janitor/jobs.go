@@ -2,6 +2,7 @@ package janitor
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,6 +37,7 @@ var lockedJobs = []lockedJob{
 
 // The same janitor runs these after that transaction committed.
 var afterJobs = []afterJob{
+	analyzer{minRows: DefaultAnalyzeMinRows, share: DefaultAnalyzeShare, age: DefaultAnalyzeAge, most: DefaultAnalyzeTables},
 	fairPruner{},
 	fairRepairer{},
 	fairVacuum{},
@@ -58,6 +60,22 @@ const (
 	// turned on over years of rows) goes over several ticks, and no
 	// transaction holds more than this many row locks.
 	DefaultAuditDeleteBatch = 5000
+)
+
+// When a table's statistics count as behind (analyzer).
+const (
+	// DefaultAnalyzeMinRows and DefaultAnalyzeShare: a table is analyzed
+	// once this many rows, plus this share of its rows, were written
+	// since its last analyze. Both are above autovacuum's defaults (50
+	// rows and 10%), so that where autovacuum runs it gets there first.
+	DefaultAnalyzeMinRows = 1000
+	DefaultAnalyzeShare   = 0.2
+	// DefaultAnalyzeAge leaves alone a table analyzed this recently, by
+	// autovacuum or by a janitor: a table that grows fast is analyzed at
+	// most once per this, as autovacuum would (its naptime is a minute).
+	DefaultAnalyzeAge = time.Minute
+	// DefaultAnalyzeTables is the most tables analyzed per tick.
+	DefaultAnalyzeTables = 4
 )
 
 type sharedJob interface {
@@ -206,6 +224,43 @@ func (recountScheduler) name() string { return "schedule the recount" }
 func (recountScheduler) runLocked(ctx context.Context, t *lockedTick) (err error) {
 	t.recount, err = dueOnce(ctx, t, t.s.RecountInterval, "recounted_at")
 	return err
+}
+
+// analyzer analyzes the tables whose statistics fell far behind their
+// writes, which happens only where the server's autovacuum is off or
+// lags. Statistics matter beyond estimates: a plan a connection keeps (a
+// prepared statement's generic plan, a PL/pgSQL function's, a foreign
+// key's check) is made again only when its tables are analyzed or
+// vacuumed, so a plan made while a shard was small, with a sequential
+// scan that was cheap then, is otherwise kept as the tables grow, and a
+// tenant's read of one run reads the whole runs table
+// (TestRunRoutesPlanAnewAfterTheAnalyze). Each table is analyzed with
+// SKIP_LOCKED: a table that autovacuum or a janitor is working on is
+// left to the next tick, and never waited for.
+type analyzer struct {
+	minRows int64
+	share   float64
+	age     time.Duration
+	most    int
+}
+
+func (analyzer) name() string { return "analyze tables behind their writes" }
+func (j analyzer) runAfter(ctx context.Context, db shard.Beginner, t *lockedTick) error {
+	rows, err := db.Query(ctx, sqlAnalyzeDue, j.minRows, j.share, j.age.Microseconds(), j.most)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(names) == 0 {
+		return err
+	}
+	// The names are the catalog's, quoted by format('%I'); a statement
+	// cannot take them as parameters.
+	if _, err := db.Exec(ctx, "ANALYZE (SKIP_LOCKED) "+strings.Join(names, ", ")); err != nil {
+		return err
+	}
+	t.rep.Analyzed = len(names)
+	return nil
 }
 
 // fairPruner drops idle fairness state when the prune is due; each queue

@@ -57,6 +57,12 @@ func AddHistory(ctx context.Context, t testing.TB, db *pgxpool.Pool, queue strin
 		SELECT pk, queue, 'history', 'done', 1, now() FROM runs WHERE tenant = 'history'`); err != nil {
 		t.Fatalf("testsvc: history tasks: %v", err)
 	}
+	// The server's counts of rows written (pg_stat_user_tables), which
+	// the janitor's analyze reads, are sent before this call returns, not
+	// whenever the connection's backend gets to it.
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		t.Fatalf("testsvc: history: flush statistics: %v", err)
+	}
 	if err := db.QueryRow(ctx, `SELECT pg_relation_size('runs') / current_setting('block_size')::int,
 		pg_relation_size('tasks') / current_setting('block_size')::int`).Scan(&runPages, &taskPages); err != nil {
 		t.Fatalf("testsvc: history: pages: %v", err)

@@ -94,6 +94,9 @@ type JanitorReport struct {
 	DeferredFired     int
 	DeferredCancelled int
 	DeferredPruned    int
+	// Tables analyzed because their statistics fell behind their writes
+	// (only where the server's autovacuum is off or behind).
+	Analyzed int
 }
 
 // janitorReport is the janitor's counts as the hook sees them: a type
