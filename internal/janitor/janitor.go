@@ -123,7 +123,8 @@ type Counts struct {
 	DeferredPruned    int
 	// Analyzed counts tables analyzed because their statistics fell
 	// behind their writes (exclusive; only where autovacuum is off or
-	// behind).
+	// behind). A table another process held at that moment is counted
+	// and left for a later tick.
 	Analyzed int
 }
 
