@@ -15,6 +15,15 @@ import (
 	"github.com/harvest-run/harvest/pkg/claim"
 )
 
+// noAutovacuum keeps the server's autovacuum, where it is on, off runs and
+// tasks, so that the analyzes these tests count are the janitor's alone.
+func (b *bundle) noAutovacuum() {
+	b.t.Helper()
+	_, err := b.db.Exec(b.ctx, `ALTER TABLE runs SET (autovacuum_enabled = false);
+		ALTER TABLE tasks SET (autovacuum_enabled = false)`)
+	require.NoError(b.t, err)
+}
+
 // analyzeCount is how often table was analyzed, by autovacuum or by hand.
 func (b *bundle) analyzeCount(table string) int {
 	b.t.Helper()
@@ -27,6 +36,7 @@ func (b *bundle) analyzeCount(table string) int {
 func TestAnalyzesTablesBehindTheirWrites(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.noAutovacuum()
 	rep, err := janitor.Tick(b.ctx, b.db, janitor.DefaultSettings())
 	require.NoError(t, err)
 	require.Zero(t, rep.Analyzed, "a fresh shard")
@@ -134,6 +144,7 @@ func TestRunRoutesPlanAnewAfterTheAnalyze(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
+			b.noAutovacuum()
 			conn, err := b.db.Acquire(b.ctx)
 			require.NoError(t, err)
 			defer conn.Release()

@@ -37,12 +37,13 @@ var lockedJobs = []lockedJob{
 
 // The same janitor runs these after that transaction committed.
 var afterJobs = []afterJob{
-	analyzer{minRows: DefaultAnalyzeMinRows, share: DefaultAnalyzeShare, age: DefaultAnalyzeAge, most: DefaultAnalyzeTables},
 	fairPruner{},
 	fairRepairer{},
 	fairVacuum{},
 	recounter{},
 	auditRetention{batch: DefaultAuditDeleteBatch},
+	// Last: a failure here leaves no other job undone.
+	analyzer{minRows: DefaultAnalyzeMinRows, share: DefaultAnalyzeShare, age: DefaultAnalyzeAge, most: DefaultAnalyzeTables},
 }
 
 // Limits of one tick.
