@@ -8,7 +8,7 @@ import (
 )
 
 // RunRow is a run's columns as every statement that reads runs names them
-// (RunGet, RunList, RunGetMany, RunStart here; the console's RunListAll and
+// (RunGet, RunList, RunGetManyHashed, RunStart here; the console's RunListAll and
 // RunInspect), scanned by name with pgx.RowToStructByName. A statement
 // that leaves a column out of its answer still names it, as NULL, so that
 // every reader reads runs one way.
