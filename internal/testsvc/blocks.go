@@ -30,6 +30,31 @@ func BlocksRead(ctx context.Context, t testing.TB, tx pgx.Tx, table string) func
 	}
 }
 
+// RequireFewBlocks runs call, which uses tx, and fails t unless it read
+// fewer than bound heap blocks of runs and fewer than bound of tasks. The
+// plan tests pair it with AddHistory: a bound far under either table's
+// size shows that every lookup of call took an index, whatever plan it
+// kept from when the shard was small. The failure names the table and
+// its size in pages.
+func RequireFewBlocks(ctx context.Context, t testing.TB, tx pgx.Tx, bound int, call func()) {
+	t.Helper()
+	runBlocks := BlocksRead(ctx, t, tx, "runs")
+	taskBlocks := BlocksRead(ctx, t, tx, "tasks")
+	call()
+	runs, tasks := runBlocks(), taskBlocks()
+	var runPages, taskPages int
+	if err := tx.QueryRow(ctx, `SELECT pg_relation_size('runs') / current_setting('block_size')::int,
+		pg_relation_size('tasks') / current_setting('block_size')::int`).Scan(&runPages, &taskPages); err != nil {
+		t.Fatalf("testsvc: pages of runs and tasks: %v", err)
+	}
+	if runs >= bound {
+		t.Errorf("read %d blocks of runs (of %d pages), want fewer than %d", runs, runPages, bound)
+	}
+	if tasks >= bound {
+		t.Errorf("read %d blocks of tasks (of %d pages), want fewer than %d", tasks, taskPages, bound)
+	}
+}
+
 // AddHistory gives a migrated shard a history of n finished runs in queue,
 // each with its done task (under the fairness key "history", of the tenant
 // "history"), without the ANALYZE that would let plans made earlier see

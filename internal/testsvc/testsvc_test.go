@@ -294,6 +294,37 @@ func TestBlocksReadCountsTheTransactionsReads(t *testing.T) {
 	require.GreaterOrEqual(t, read(), scan, "each counter goes on from its own start")
 }
 
+// RequireFewBlocks lets a call that reads a few pages of runs and tasks
+// pass, and fails one that scans runs, naming the table it read.
+func TestRequireFewBlocksFailsAScan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := NewDB(t)
+	runPages, taskPages := AddHistory(ctx, t, db, "q", 3000)
+	require.Greater(t, runPages, 10)
+	require.Greater(t, taskPages, 10)
+	_, err := db.Exec(ctx, `ANALYZE runs, tasks`)
+	require.NoError(t, err)
+	tx, err := db.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx) //nolint:errcheck // read only
+
+	lookups := &recordingTB{TB: t}
+	RequireFewBlocks(ctx, lookups, tx, 10, func() {
+		_, err := tx.Exec(ctx, `SELECT r.name, t.queue FROM runs r, tasks t WHERE r.pk = 7 AND t.id = 7`)
+		require.NoError(t, err)
+	})
+	require.Empty(t, lookups.errors)
+
+	scan := &recordingTB{TB: t}
+	RequireFewBlocks(ctx, scan, tx, 10, func() {
+		_, err := tx.Exec(ctx, `SELECT count(*) FROM runs WHERE name <> ''`)
+		require.NoError(t, err)
+	})
+	require.Len(t, scan.errors, 1)
+	require.Contains(t, scan.errors[0], "blocks of runs")
+}
+
 // A test that ends with a transaction open fails with a message at its
 // cleanup instead of holding the package until the binary's timeout.
 func TestOpenTransactionAtTheEndFailsTheTest(t *testing.T) {

@@ -186,9 +186,5 @@ func afterGrowth(t *testing.T, tb *bundle, conn *pgxpool.Conn, then func(), meas
 	tx, err := conn.Begin(tb.ctx)
 	require.NoError(t, err)
 	defer tx.Rollback(tb.ctx) //nolint:errcheck // read only
-	taskBlocks := testsvc.BlocksRead(tb.ctx, t, tx, "tasks")
-	runBlocks := testsvc.BlocksRead(tb.ctx, t, tx, "runs")
-	measure(tx)
-	require.Less(t, taskBlocks(), 400, "blocks of tasks read (tasks has %d)", taskPages)
-	require.Less(t, runBlocks(), 400, "blocks of runs read (runs has %d)", runPages)
+	testsvc.RequireFewBlocks(tb.ctx, t, tx, 400, func() { measure(tx) })
 }
