@@ -105,13 +105,20 @@ type Result struct {
 	// window: Harvest's workers and gateway, River's client process (the
 	// floor runs inside this benchmark and has none). Beside the database's
 	// figure it says where the rest of the machine went.
-	AppCPUPerTaskUS float64    `json:"app_cpu_us_per_task,omitempty"`
-	Series          string     `json:"series,omitempty"` // file with the per-second claims per key
-	Profile         string     `json:"cpu_profile,omitempty"`
-	Functions       []FuncStat `json:"pg_functions,omitempty"` // top SQL functions by own time
-	Janitor         *bool      `json:"janitor,omitempty"`      // whether worker 0 ran the janitor
+	AppCPUPerTaskUS float64 `json:"app_cpu_us_per_task,omitempty"`
+	Series          string  `json:"series,omitempty"` // file with the per-second claims per key
+	// Checkpoints counts the database server's checkpoints that began
+	// during the drain; LightWaits names the file with each light run's
+	// wait beside its due time and those checkpoints' start times, to
+	// tell what the slowest light runs fell into.
+	Checkpoints int        `json:"checkpoints"`
+	LightWaits  string     `json:"light_waits,omitempty"`
+	Profile     string     `json:"cpu_profile,omitempty"`
+	Functions   []FuncStat `json:"pg_functions,omitempty"` // top SQL functions by own time
+	Janitor     *bool      `json:"janitor,omitempty"`      // whether worker 0 ran the janitor
 
 	perSecond map[string][]int // claims per key per second since the first claim
+	light     lightLog         // the light runs' waits and the drain's checkpoints
 }
 
 // PairResult compares the runs of one round.

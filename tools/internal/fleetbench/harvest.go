@@ -393,6 +393,19 @@ func runHarvest(ctx context.Context, cfg *Config, natsURL string, fair bool, pai
 			progressbar.OptionClearOnFinish(),
 		)
 	}
+	// The server's checkpoints, read with the progress: the last one's
+	// start time, each new one kept.
+	var checkpoints []time.Time
+	lastCheckpoint := func() {
+		var at time.Time
+		if err := db.QueryRow(ctx, `SELECT checkpoint_time FROM pg_control_checkpoint()`).Scan(&at); err != nil {
+			return // a role without the right to read it: no checkpoints reported
+		}
+		if n := len(checkpoints); n == 0 || !at.Equal(checkpoints[n-1]) {
+			checkpoints = append(checkpoints, at)
+		}
+	}
+	lastCheckpoint()
 	limit := time.After(cfg.MaxDuration)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
@@ -419,6 +432,7 @@ poll:
 		if bar != nil {
 			_ = bar.Set64(int64(cfg.Flood - unfinished))
 		}
+		lastCheckpoint()
 		if unfinished == 0 {
 			res.Drained = true
 			break
@@ -460,6 +474,11 @@ poll:
 	if err := figures(ctx, db, &res); err != nil {
 		return res, err
 	}
+	// The first value read is the checkpoint before the drain.
+	for _, at := range checkpoints[min(1, len(checkpoints)):] {
+		res.Checkpoints++
+		res.light.CheckpointsS = append(res.light.CheckpointsS, round(at.Sub(res.light.t0).Seconds()))
+	}
 	if err := cost(ctx, db, costFrom, costTo, cfg.Flood+res.LightJobs, &res); err != nil {
 		return res, fmt.Errorf("database cost: %w", err)
 	}
@@ -471,6 +490,11 @@ poll:
 		res.Series = filepath.Join(cfg.OutDir, "keys-"+tag+".json")
 		b, _ := json.Marshal(res.perSecond)
 		if err := os.WriteFile(res.Series, b, 0o644); err != nil {
+			return res, err
+		}
+		res.LightWaits = filepath.Join(cfg.OutDir, "light-"+tag+".json")
+		b, _ = json.MarshalIndent(res.light, "", " ")
+		if err := os.WriteFile(res.LightWaits, b, 0o644); err != nil {
 			return res, err
 		}
 	}
@@ -507,15 +531,19 @@ func figures(ctx context.Context, db *pgxpool.Pool, res *Result) error {
 	if res.DrainS > 0 {
 		res.TasksPerS = round(float64(completed-1) / t1.Sub(*t0).Seconds())
 	}
-	rows, err := db.Query(ctx, `SELECT extract(epoch FROM t.claimed_at - t.due_at) * 1000 FROM tasks t
-		WHERE t.queue = $1 AND t.fairness_key = $2 AND t.due_at <= $3 AND t.claimed_at IS NOT NULL`, queue, lightKey, *t1)
+	lights, err := pgrow.All[lightWait](ctx, db, `SELECT
+		extract(epoch FROM t.due_at - $4::timestamptz) AS at_s, extract(epoch FROM t.claimed_at - t.due_at) * 1000 AS wait_ms
+		FROM tasks t WHERE t.queue = $1 AND t.fairness_key = $2 AND t.due_at <= $3 AND t.claimed_at IS NOT NULL
+		ORDER BY t.due_at`, queue, lightKey, *t1, *t0)
 	if err != nil {
 		return fmt.Errorf("figures: %w", err)
 	}
-	waits, err := pgx.CollectRows(rows, pgx.RowTo[float64])
-	if err != nil {
-		return fmt.Errorf("figures: %w", err)
+	waits := make([]float64, 0, len(lights))
+	for i := range lights {
+		lights[i].AtS, lights[i].WaitMS = round(lights[i].AtS), round(lights[i].WaitMS)
+		waits = append(waits, lights[i].WaitMS)
 	}
+	res.light = lightLog{Light: lights, t0: *t0}
 	slices.Sort(waits)
 	res.LightJobs = len(waits)
 	res.LightP50, res.LightP99 = pct(waits, 50), pct(waits, 99)
@@ -570,6 +598,24 @@ func figures(ctx context.Context, db *pgxpool.Pool, res *Result) error {
 		}
 	}
 	return nil
+}
+
+// lightWait is one light run: when it fell due, in seconds from the
+// drain's first completion, and how long it waited for its claim.
+type lightWait struct {
+	AtS    float64 `json:"at_s" db:"at_s"`
+	WaitMS float64 `json:"wait_ms" db:"wait_ms"`
+}
+
+// lightLog is the light-waits file of a run: each light run in the order
+// it fell due, and the start of each checkpoint of the database server
+// during the drain, on the same clock (a checkpoint's first writes of
+// each page carry the whole page into the WAL, so commits just after its
+// start take longer).
+type lightLog struct {
+	Light        []lightWait `json:"light"`
+	CheckpointsS []float64   `json:"checkpoints_s"`
+	t0           time.Time
 }
 
 // pct is the nearest-rank percentile of sorted values.
