@@ -477,7 +477,7 @@ poll:
 	// The first value read is the checkpoint before the drain.
 	for _, at := range checkpoints[min(1, len(checkpoints)):] {
 		res.Checkpoints++
-		res.light.CheckpointsS = append(res.light.CheckpointsS, round(at.Sub(res.light.t0).Seconds()))
+		res.light.CheckpointsS = append(res.light.CheckpointsS, round(at.Sub(res.light.T0).Seconds()))
 	}
 	if err := cost(ctx, db, costFrom, costTo, cfg.Flood+res.LightJobs, &res); err != nil {
 		return res, fmt.Errorf("database cost: %w", err)
@@ -543,7 +543,7 @@ func figures(ctx context.Context, db *pgxpool.Pool, res *Result) error {
 		lights[i].AtS, lights[i].WaitMS = round(lights[i].AtS), round(lights[i].WaitMS)
 		waits = append(waits, lights[i].WaitMS)
 	}
-	res.light = lightLog{Light: lights, t0: *t0}
+	res.light = lightLog{Light: lights, T0: *t0}
 	slices.Sort(waits)
 	res.LightJobs = len(waits)
 	res.LightP50, res.LightP99 = pct(waits, 50), pct(waits, 99)
@@ -611,11 +611,15 @@ type lightWait struct {
 // it fell due, and the start of each checkpoint of the database server
 // during the drain, on the same clock (a checkpoint's first writes of
 // each page carry the whole page into the WAL, so commits just after its
-// start take longer).
+// start take longer). The server records a checkpoint's start to the
+// second, and the poll sees it once the checkpoint has ended: one still
+// running at the drain's end is not listed.
 type lightLog struct {
+	// T0 is the drain's first completion, the zero of the other times,
+	// to line them up with the server's log.
+	T0           time.Time   `json:"t0"`
 	Light        []lightWait `json:"light"`
 	CheckpointsS []float64   `json:"checkpoints_s"`
-	t0           time.Time
 }
 
 // pct is the nearest-rank percentile of sorted values.
