@@ -393,16 +393,24 @@ func runHarvest(ctx context.Context, cfg *Config, natsURL string, fair bool, pai
 			progressbar.OptionClearOnFinish(),
 		)
 	}
-	// The server's checkpoints, read with the progress: the last one's
-	// start time, each new one kept.
+	// What else the server did during the drain, read with the progress:
+	// the start of its last checkpoint (each new one kept) and the end of
+	// each analyze of the shard's tables (the janitor's, or anyone's).
 	var checkpoints []time.Time
+	analyzes := map[time.Time]bool{}
 	lastCheckpoint := func() {
 		var at time.Time
-		if err := db.QueryRow(ctx, `SELECT checkpoint_time FROM pg_control_checkpoint()`).Scan(&at); err != nil {
-			return // a role without the right to read it: no checkpoints reported
+		var analyzed []time.Time
+		if err := db.QueryRow(ctx, `SELECT (SELECT checkpoint_time FROM pg_control_checkpoint()),
+			(SELECT coalesce(array_agg(last_analyze), '{}') FROM pg_stat_user_tables WHERE last_analyze IS NOT NULL)`).
+			Scan(&at, &analyzed); err != nil {
+			return // a role without the right to read them: nothing reported
 		}
 		if n := len(checkpoints); n == 0 || !at.Equal(checkpoints[n-1]) {
 			checkpoints = append(checkpoints, at)
+		}
+		for _, a := range analyzed {
+			analyzes[a] = true
 		}
 	}
 	lastCheckpoint()
@@ -479,6 +487,12 @@ poll:
 		res.Checkpoints++
 		res.light.CheckpointsS = append(res.light.CheckpointsS, round(at.Sub(res.light.T0).Seconds()))
 	}
+	for at := range analyzes {
+		if at.After(drainStart) {
+			res.light.AnalyzesS = append(res.light.AnalyzesS, round(at.Sub(res.light.T0).Seconds()))
+		}
+	}
+	slices.Sort(res.light.AnalyzesS)
 	if err := cost(ctx, db, costFrom, costTo, cfg.Flood+res.LightJobs, &res); err != nil {
 		return res, fmt.Errorf("database cost: %w", err)
 	}
@@ -620,6 +634,10 @@ type lightLog struct {
 	T0           time.Time   `json:"t0"`
 	Light        []lightWait `json:"light"`
 	CheckpointsS []float64   `json:"checkpoints_s"`
+	// AnalyzesS are the ends of the analyzes of the shard's tables that
+	// ended during the drain, as the progress saw them (each analyze of a
+	// table is its last one for at least a minute: the janitor's age).
+	AnalyzesS []float64 `json:"analyzes_s"`
 }
 
 // pct is the nearest-rank percentile of sorted values.
