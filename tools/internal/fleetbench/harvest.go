@@ -482,17 +482,7 @@ poll:
 	if err := figures(ctx, db, &res); err != nil {
 		return res, err
 	}
-	// The first value read is the checkpoint before the drain.
-	for _, at := range checkpoints[min(1, len(checkpoints)):] {
-		res.Checkpoints++
-		res.light.CheckpointsS = append(res.light.CheckpointsS, round(at.Sub(res.light.T0).Seconds()))
-	}
-	for at := range analyzes {
-		if at.After(drainStart) {
-			res.light.AnalyzesS = append(res.light.AnalyzesS, round(at.Sub(res.light.T0).Seconds()))
-		}
-	}
-	slices.Sort(res.light.AnalyzesS)
+	res.Checkpoints = res.light.addEvents(drainStart, checkpoints, analyzes)
 	if err := cost(ctx, db, costFrom, costTo, cfg.Flood+res.LightJobs, &res); err != nil {
 		return res, fmt.Errorf("database cost: %w", err)
 	}
@@ -638,6 +628,24 @@ type lightLog struct {
 	// ended during the drain, as the progress saw them (each analyze of a
 	// table is its last one for at least a minute: the janitor's age).
 	AnalyzesS []float64 `json:"analyzes_s"`
+}
+
+// addEvents puts on l's clock (seconds from T0) the checkpoints and the
+// analyzes the progress saw: checkpoints in the order seen, whose first is
+// the one before the drain and left out; the analyzes that ended after
+// drainStart (not the fleet's own analyze of the shard before it), in
+// order. It returns the checkpoints kept.
+func (l *lightLog) addEvents(drainStart time.Time, checkpoints []time.Time, analyzes map[time.Time]bool) int {
+	for _, at := range checkpoints[min(1, len(checkpoints)):] {
+		l.CheckpointsS = append(l.CheckpointsS, round(at.Sub(l.T0).Seconds()))
+	}
+	for at := range analyzes {
+		if at.After(drainStart) {
+			l.AnalyzesS = append(l.AnalyzesS, round(at.Sub(l.T0).Seconds()))
+		}
+	}
+	slices.Sort(l.AnalyzesS)
+	return len(l.CheckpointsS)
 }
 
 // pct is the nearest-rank percentile of sorted values.
