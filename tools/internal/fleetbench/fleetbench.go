@@ -109,8 +109,9 @@ type Result struct {
 	Series          string  `json:"series,omitempty"` // file with the per-second claims per key
 	// Checkpoints counts the database server's checkpoints that began
 	// during the drain; LightWaits names the file with each light run's
-	// wait beside its due time and those checkpoints' start times, to
-	// tell what the slowest light runs fell into.
+	// wait beside its due time, those checkpoints' starts and the ends of
+	// the analyzes of the shard's tables, to tell what the slowest light
+	// runs fell into.
 	Checkpoints int        `json:"checkpoints"`
 	LightWaits  string     `json:"light_waits,omitempty"`
 	Profile     string     `json:"cpu_profile,omitempty"`
@@ -118,7 +119,7 @@ type Result struct {
 	Janitor     *bool      `json:"janitor,omitempty"`      // whether worker 0 ran the janitor
 
 	perSecond map[string][]int // claims per key per second since the first claim
-	light     lightLog         // the light runs' waits and the drain's checkpoints
+	light     lightLog         // the light runs' waits, the drain's checkpoints and analyzes
 }
 
 // PairResult compares the runs of one round.

@@ -398,7 +398,7 @@ func runHarvest(ctx context.Context, cfg *Config, natsURL string, fair bool, pai
 	// each analyze of the shard's tables (the janitor's, or anyone's).
 	var checkpoints []time.Time
 	analyzes := map[time.Time]bool{}
-	lastCheckpoint := func() {
+	serverEvents := func() {
 		var at time.Time
 		var analyzed []time.Time
 		if err := db.QueryRow(ctx, `SELECT (SELECT checkpoint_time FROM pg_control_checkpoint()),
@@ -413,7 +413,7 @@ func runHarvest(ctx context.Context, cfg *Config, natsURL string, fair bool, pai
 			analyzes[a] = true
 		}
 	}
-	lastCheckpoint()
+	serverEvents()
 	limit := time.After(cfg.MaxDuration)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
@@ -440,7 +440,7 @@ poll:
 		if bar != nil {
 			_ = bar.Set64(int64(cfg.Flood - unfinished))
 		}
-		lastCheckpoint()
+		serverEvents()
 		if unfinished == 0 {
 			res.Drained = true
 			break
@@ -612,10 +612,11 @@ type lightWait struct {
 }
 
 // lightLog is the light-waits file of a run: each light run in the order
-// it fell due, and the start of each checkpoint of the database server
-// during the drain, on the same clock (a checkpoint's first writes of
-// each page carry the whole page into the WAL, so commits just after its
-// start take longer). The server records a checkpoint's start to the
+// it fell due, the start of each checkpoint of the database server during
+// the drain and the end of each analyze of the shard's tables, on the
+// same clock (a checkpoint's first writes of each page carry the whole
+// page into the WAL, so commits just after its start take longer; an
+// analyze takes CPU from the drain). The server records a checkpoint's start to the
 // second, and the poll sees it once the checkpoint has ended: one still
 // running at the drain's end is not listed.
 type lightLog struct {
