@@ -144,7 +144,7 @@ func TestDevComesUpAndCleansUp(t *testing.T) {
 	nc.Close()
 
 	// The fair claim at the fleet's defaults (one worker per shard, claiming
-	// in batches of 50 into 50 task slots): weight 4 against 1 over co-due
+	// in batches of 50 into 100 task slots): weight 4 against 1 over co-due
 	// runs, and a priority-10 flood before a priority-0 one, as
 	// docs/fairness.md shows them.
 	demo := func(args ...string) string {

@@ -119,8 +119,16 @@ type JanitorConfig struct {
 }
 
 // Defaults of Config.
+//
+// DefaultMaxConcurrentClaims is 100 task slots, as River's and Hatchet's
+// examples give a worker: a task holds its slot while its handler runs,
+// and workflow steps mostly wait (on a call, a sleep, a child). With 50
+// the soak's mix on a 2-core machine ran out of slots, not CPU, from 600
+// starts/s; 100 held 800 and 200 held 900 (docs/benchmarks.md, "Task
+// slots and the mix"). In batch mode the slots share the claim loops'
+// connections, so more slots open no more connections.
 const (
-	DefaultMaxConcurrentClaims = 50
+	DefaultMaxConcurrentClaims = 100
 	DefaultClaimBatch          = 50
 	DefaultCompleteBatch       = 256
 	DefaultPollInterval        = time.Second

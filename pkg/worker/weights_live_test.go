@@ -77,7 +77,7 @@ func TestWeightChangeReachesRunningWorkerAtNextClaim(t *testing.T) {
 }
 
 // The guarantees hold with the worker's defaults and beyond: two workers
-// on one shard, claiming in batches into 50 slots (the default), or with 4
+// on one shard, claiming in batches into 100 slots (the default), or with 4
 // or 16 single-claim loops. Weight 4 against weight 1 over co-due runs of
 // both keys gives four claims to one while both have work, and a
 // priority-10 flood is claimed before a priority-0 one, but for claims in
