@@ -41,17 +41,19 @@ func RequireFewBlocks(ctx context.Context, t testing.TB, tx pgx.Tx, bound int, c
 	runBlocks := BlocksRead(ctx, t, tx, "runs")
 	taskBlocks := BlocksRead(ctx, t, tx, "tasks")
 	call()
-	runs, tasks := runBlocks(), taskBlocks()
-	var runPages, taskPages int
-	if err := tx.QueryRow(ctx, `SELECT pg_relation_size('runs') / current_setting('block_size')::int,
-		pg_relation_size('tasks') / current_setting('block_size')::int`).Scan(&runPages, &taskPages); err != nil {
-		t.Fatalf("testsvc: pages of runs and tasks: %v", err)
-	}
-	if runs >= bound {
-		t.Errorf("read %d blocks of runs (of %d pages), want fewer than %d", runs, runPages, bound)
-	}
-	if tasks >= bound {
-		t.Errorf("read %d blocks of tasks (of %d pages), want fewer than %d", tasks, taskPages, bound)
+	for _, read := range []struct {
+		table  string
+		blocks int
+	}{{"runs", runBlocks()}, {"tasks", taskBlocks()}} {
+		if read.blocks < bound {
+			continue
+		}
+		var pages int
+		if err := tx.QueryRow(ctx, `SELECT pg_relation_size($1::regclass) / current_setting('block_size')::int`,
+			read.table).Scan(&pages); err != nil {
+			t.Fatalf("testsvc: pages of %s: %v", read.table, err)
+		}
+		t.Errorf("read %d blocks of %s (of %d pages), want fewer than %d", read.blocks, read.table, pages, bound)
 	}
 }
 
