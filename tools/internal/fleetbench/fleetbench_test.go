@@ -58,14 +58,15 @@ func TestTableAndChart(t *testing.T) {
 }
 
 // The light-waits file puts the drain's checkpoints and analyzes on the
-// light runs' clock, without the checkpoint and the analyze that came
-// before the drain.
+// light runs' clock, without those that came before the drain: the
+// checkpoint done before it, one under way when it began, the fleet's
+// own analyze of the shard.
 func TestLightEventsOnTheDrainsClock(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 12, 6, 6, 54, 9, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	l := lightLog{T0: t0}
-	n := l.addEvents(at(-0.2), []time.Time{at(-20), at(29), at(63)},
+	n := l.addEvents(at(-0.2), []time.Time{at(-20), at(-5), at(29), at(63)},
 		map[time.Time]bool{at(-0.5): true, at(62.4): true, at(61.7): true})
 	require.Equal(t, 2, n)
 	require.Equal(t, []float64{29, 63}, l.CheckpointsS)
@@ -73,5 +74,6 @@ func TestLightEventsOnTheDrainsClock(t *testing.T) {
 
 	none := lightLog{T0: t0}
 	require.Zero(t, none.addEvents(at(-0.2), nil, nil), "a role that may not read the checkpoints")
+	require.NotNil(t, none.CheckpointsS, "written as [], not null")
 	require.Empty(t, none.CheckpointsS)
 }

@@ -394,8 +394,10 @@ func runHarvest(ctx context.Context, cfg *Config, natsURL string, fair bool, pai
 		)
 	}
 	// What else the server did during the drain, read with the progress:
-	// the start of its last checkpoint (each new one kept) and the end of
-	// each analyze of the shard's tables (the janitor's, or anyone's).
+	// the start of its last checkpoint (each new one kept: one under way
+	// when the drain began shows, once ended, with its earlier start) and
+	// the end of each analyze of the shard's tables (the janitor's, or
+	// anyone's).
 	var checkpoints []time.Time
 	analyzes := map[time.Time]bool{}
 	serverEvents := func() {
@@ -616,9 +618,9 @@ type lightWait struct {
 // the drain and the end of each analyze of the shard's tables, on the
 // same clock (a checkpoint's first writes of each page carry the whole
 // page into the WAL, so commits just after its start take longer; an
-// analyze takes CPU from the drain). The server records a checkpoint's start to the
-// second, and the poll sees it once the checkpoint has ended: one still
-// running at the drain's end is not listed.
+// analyze takes CPU from the drain). The server records a checkpoint's
+// start to the second, and the poll sees it once the checkpoint has
+// ended: one still running at the drain's end is not listed.
 type lightLog struct {
 	// T0 is the drain's first completion, the zero of the other times,
 	// to line them up with the server's log.
@@ -626,25 +628,29 @@ type lightLog struct {
 	Light        []lightWait `json:"light"`
 	CheckpointsS []float64   `json:"checkpoints_s"`
 	// AnalyzesS are the ends of the analyzes of the shard's tables that
-	// ended during the drain, as the progress saw them (each analyze of a
-	// table is its last one for at least a minute: the janitor's age).
+	// ended during the drain, as the progress saw them every 200 ms (two
+	// analyzes of one table closer than that would show as one).
 	AnalyzesS []float64 `json:"analyzes_s"`
 }
 
-// addEvents puts on l's clock (seconds from T0) the checkpoints and the
-// analyzes the progress saw: checkpoints in the order seen, whose first is
-// the one before the drain and left out; the analyzes that ended after
-// drainStart (not the fleet's own analyze of the shard before it), in
+// addEvents puts on l's clock (seconds from T0) the checkpoints that
+// began at or after drainStart (the server keeps a checkpoint's start to
+// the second, so the drain's start is too) and the analyzes that ended
+// after it (not the fleet's own analyze of the shard before it), each in
 // order. It returns the checkpoints kept.
 func (l *lightLog) addEvents(drainStart time.Time, checkpoints []time.Time, analyzes map[time.Time]bool) int {
-	for _, at := range checkpoints[min(1, len(checkpoints)):] {
-		l.CheckpointsS = append(l.CheckpointsS, round(at.Sub(l.T0).Seconds()))
+	l.CheckpointsS, l.AnalyzesS = []float64{}, []float64{}
+	for _, at := range checkpoints {
+		if !at.Before(drainStart.Truncate(time.Second)) {
+			l.CheckpointsS = append(l.CheckpointsS, round(at.Sub(l.T0).Seconds()))
+		}
 	}
 	for at := range analyzes {
 		if at.After(drainStart) {
 			l.AnalyzesS = append(l.AnalyzesS, round(at.Sub(l.T0).Seconds()))
 		}
 	}
+	slices.Sort(l.CheckpointsS)
 	slices.Sort(l.AnalyzesS)
 	return len(l.CheckpointsS)
 }
