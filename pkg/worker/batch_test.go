@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -176,4 +177,38 @@ func TestBatchModeFloodCannotHoldLightKeys(t *testing.T) {
 	var stillRunning int
 	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT count(*) FROM tasks WHERE state = 'running'`).Scan(&stillRunning))
 	require.Zero(t, stillRunning)
+}
+
+// In batch mode a continuation due at once is claimed as soon as its step
+// is recorded, not at the next poll: the claim loop, which does not run
+// the task, has long gone to wait (each handler returns only after the
+// loop reported an empty claim), and the poll is an hour.
+func TestBatchModeClaimsAContinuationWithoutAPoll(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var r *running
+	r = b.worker(workerOpts{Config: batchConfig, Handlers: map[string]worker.HandlerFunc{
+		"steps": func(ctx context.Context, tk worker.Task) (worker.Result, error) {
+			select {
+			case <-r.Idle:
+			case <-ctx.Done():
+				return worker.Result{}, ctx.Err()
+			}
+			if tk.Step < 2 {
+				return worker.Continue(json.RawMessage(`{}`)), nil
+			}
+			return worker.Complete(tk.Input), nil
+		},
+	}})
+	r.waitIdle(t, b.ctx, 1) // the first claim found nothing
+	st := b.start(startOpts{Name: "steps"})
+	b.wake("q")
+	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+	defer cancel()
+	for step, want := range []worker.Outcome{worker.OutcomeContinued, worker.OutcomeContinued, worker.OutcomeCompleted} {
+		f := r.next(t, ctx)
+		require.Equal(t, want, f.Outcome, "step %d", step)
+		require.Equal(t, step, f.Task.Step)
+	}
+	require.Equal(t, api.StatusCompleted, b.run("acme", st.Run.ID).Status)
 }

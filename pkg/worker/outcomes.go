@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,9 +37,10 @@ type outcomes struct {
 
 // pendingOutcome is one outcome waiting for the flusher.
 type pendingOutcome struct {
-	out  claim.Outcome
-	span trace.SpanContext // the attempt's span: the run event's parent
-	done chan outcomeAnswer
+	out   claim.Outcome
+	queue string            // the task's queue: where a continuation waits
+	span  trace.SpanContext // the attempt's span: the run event's parent
+	done  chan outcomeAnswer
 }
 
 type outcomeAnswer struct {
@@ -74,7 +76,7 @@ func newOutcomes(w *Worker) *outcomes {
 // MaxConcurrentClaims + 2*CompleteBatch.
 func (o *outcomes) record(ctx context.Context, c *claimed, out claim.Outcome) (claim.OutcomeResult, error) {
 	out.ID, out.Token = c.task.ID, c.token
-	p := &pendingOutcome{out: out, span: trace.SpanContextFromContext(ctx), done: make(chan outcomeAnswer, 1)}
+	p := &pendingOutcome{out: out, queue: c.task.Queue, span: trace.SpanContextFromContext(ctx), done: make(chan outcomeAnswer, 1)}
 	select {
 	case o.in <- p:
 	case <-ctx.Done():
@@ -135,6 +137,7 @@ func (o *outcomes) write(batch []*pendingOutcome) {
 	}
 	res, err := claim.RecordOutcomes(ctx, o.w.db, time.Time{}, outs)
 	var runs []finalRun
+	var next []string // queues where a continuation became due
 	for i, p := range batch {
 		a := outcomeAnswer{err: err}
 		if err == nil {
@@ -143,10 +146,32 @@ func (o *outcomes) write(batch []*pendingOutcome) {
 				r.Shard = o.w.cfg.Shard
 				runs = append(runs, finalRun{run: *r, span: p.span})
 			}
+			if res[i].NextID > 0 && dueNow(p.out.Continue) && !slices.Contains(next, p.queue) {
+				next = append(next, p.queue)
+			}
 		}
 		p.done <- a
 	}
+	// A continuation due at once waits for this worker (it is pinned to
+	// it) and nothing announces it: no gateway sent a wake-up for it. In
+	// batch mode the claim loop does not run the task, so it had claimed
+	// again while the handler still ran, found nothing and gone to wait:
+	// each step of a run waited for the next poll (a second by default)
+	// when nothing else woke the loop. A turn per queue serves every
+	// continuation of the statement (a batch claim takes them all). A
+	// loop of one task each claims again itself once its task's outcome
+	// is recorded, so single-claim mode needs none.
+	if o.w.cfg.ClaimBatch > 1 {
+		for _, q := range next {
+			o.w.claimTurn(q)
+		}
+	}
 	o.w.publishRuns(ctx, runs)
+}
+
+// dueNow reports whether a continuation's next task is due at once.
+func dueNow(c claim.ContinueOptions) bool {
+	return c.Delay <= 0 && c.DueAt.IsZero()
 }
 
 // publishRuns announces runs that reached a final state, all at once after

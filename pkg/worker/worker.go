@@ -393,22 +393,31 @@ func (w *Worker) woken(queue string, m *nats.Msg) {
 	var wk dispatch.Wake
 	_ = json.Unmarshal(m.Data, &wk) // a body not understood names no count
 	hops, _ := strconv.Atoi(m.Header.Get(wakeHopsHeader))
+	if !w.claimTurn(queue) {
+		w.passWake(queue, wk.Tasks, hops+1)
+		return
+	}
+	// An idle loop claims. What one turn takes: a batch, or, for loops of
+	// one task each, as many as there are loops (nudge).
+	turn := w.cfg.ClaimBatch
+	if turn <= 1 {
+		turn = w.cfg.MaxConcurrentClaims
+	}
+	if wk.Tasks == 0 || wk.Tasks > turn {
+		w.passWake(queue, max(wk.Tasks-turn, 0), hops+1)
+	}
+}
+
+// claimTurn hands one claim of queue to an idle claim loop and reports
+// whether one took it. When no loop waits, a loop claiming now claims
+// again once its claim is done (it took the broadcast before it claimed).
+func (w *Worker) claimTurn(queue string) bool {
 	select {
 	case w.dispatches <- dispatch.Dispatch{Queue: queue}:
-		// An idle loop claims. What one turn takes: a batch, or, for loops
-		// of one task each, as many as there are loops (nudge).
-		turn := w.cfg.ClaimBatch
-		if turn <= 1 {
-			turn = w.cfg.MaxConcurrentClaims
-		}
-		if wk.Tasks == 0 || wk.Tasks > turn {
-			w.passWake(queue, max(wk.Tasks-turn, 0), hops+1)
-		}
+		return true
 	default:
-		// No loop waits: a loop claiming now claims again when its claim
-		// finds nothing (it took the broadcast before it claimed).
 		w.wake.fire()
-		w.passWake(queue, wk.Tasks, hops+1)
+		return false
 	}
 }
 
