@@ -212,3 +212,29 @@ func TestBatchModeClaimsAContinuationWithoutAPoll(t *testing.T) {
 	}
 	require.Equal(t, api.StatusCompleted, b.run("acme", st.Run.ID).Status)
 }
+
+// BenchmarkQuietWorkflowSteps times a three-step run (two continuations)
+// from its start to its completion on an otherwise idle worker with the
+// shipped claim settings (batch mode, a one-second poll): what a workflow
+// waits for between its steps when no other work wakes the claim loop.
+func BenchmarkQuietWorkflowSteps(b *testing.B) {
+	bd := setup(b)
+	r := bd.worker(workerOpts{Config: func(c *worker.Config) {
+		d := worker.DefaultConfig()
+		c.MaxConcurrentClaims, c.ClaimBatch, c.PollInterval = d.MaxConcurrentClaims, d.ClaimBatch, d.PollInterval
+	}, Handlers: map[string]worker.HandlerFunc{
+		"steps": func(_ context.Context, tk worker.Task) (worker.Result, error) {
+			if tk.Step < 2 {
+				return worker.Continue(json.RawMessage(`{}`)), nil
+			}
+			return worker.Complete(tk.Input), nil
+		},
+	}})
+	for b.Loop() {
+		bd.start(startOpts{Name: "steps"})
+		bd.wake("q")
+		for range 3 {
+			r.next(b, bd.ctx)
+		}
+	}
+}
