@@ -79,6 +79,7 @@ func run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer pool.Close()
 	warnAutovacuumOff(ctx, log, pool, cfg.Shard)
+	warnConnectionLimit(ctx, log, pool, cfg.Shard)
 
 	// running is set once the worker loop starts, so that /readyz does not
 	// send traffic-dependent checks to a worker still wiring itself up.
@@ -215,6 +216,25 @@ func warnAutovacuumOff(ctx context.Context, log *slog.Logger, pool *pgxpool.Pool
 	if err := pool.QueryRow(ctx, sqlAutovacuumOn).Scan(&on); err == nil && !on {
 		log.Warn("autovacuum is off on this shard's server: runs and tasks will grow with dead rows; turn it on, or vacuum them on a schedule",
 			"shard", shard)
+	}
+}
+
+// warnConnectionLimit warns when the worker's pool may open more
+// connections than the shard's server accepts at all: one claim loop per
+// slot (HARVEST_WORKER_CLAIM_BATCH=1) opens up to two connections a slot,
+// and at the default 100 slots that is past a default server's 100. Such a
+// worker runs until its loops all claim at once, and then its claims,
+// outcomes and heartbeats fail with "too many clients" (leases lost, tasks
+// run again). The server's limit is not known when the configuration is
+// read, so this is a warning at start, not a configuration error.
+func warnConnectionLimit(ctx context.Context, log *slog.Logger, pool *pgxpool.Pool, shard int) {
+	var accepts int
+	if err := pool.QueryRow(ctx, sqlConnectionLimit).Scan(&accepts); err != nil {
+		return
+	}
+	if opens := int(pool.Config().MaxConns); opens > accepts {
+		log.Warn("this worker may open more connections than the shard's server accepts: lower HARVEST_WORKER_MAX_CONCURRENT_CLAIMS, claim in batches (HARVEST_WORKER_CLAIM_BATCH above 1, the default), or raise the server's max_connections",
+			"shard", shard, "pool_max_conns", opens, "server_accepts", accepts)
 	}
 }
 

@@ -9,4 +9,7 @@ import (
 //go:embed sql/*.sql
 var sqlFiles embed.FS
 
-var sqlAutovacuumOn = sqlfile.Must(sqlFiles, "AutovacuumOn")
+var (
+	sqlAutovacuumOn    = sqlfile.Must(sqlFiles, "AutovacuumOn")
+	sqlConnectionLimit = sqlfile.Must(sqlFiles, "ConnectionLimit")
+)
