@@ -153,7 +153,8 @@ func (o *outcomes) write(batch []*pendingOutcome) {
 		p.done <- a
 	}
 	// A continuation due at once waits for this worker (it is pinned to
-	// it) and nothing announces it: no gateway sent a wake-up for it. In
+	// it unless its handler asked otherwise) and nothing announces it: no
+	// gateway sent a wake-up for it. In
 	// batch mode the claim loop does not run the task, so it had claimed
 	// again while the handler still ran, found nothing and gone to wait:
 	// each step of a run waited for the next poll (a second by default)
