@@ -180,37 +180,46 @@ func TestBatchModeFloodCannotHoldLightKeys(t *testing.T) {
 }
 
 // In batch mode a continuation due at once is claimed as soon as its step
-// is recorded, not at the next poll: the claim loop, which does not run
-// the task, has long gone to wait (each handler returns only after the
-// loop reported an empty claim), and the poll is an hour.
+// is recorded, not at the next poll: every claim loop has long gone to wait
+// (each handler returns only after the loop that claimed its task
+// reported an empty claim), and the poll is an hour. With one claim loop,
+// the default, and with 16.
 func TestBatchModeClaimsAContinuationWithoutAPoll(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	var r *running
-	r = b.worker(workerOpts{Config: batchConfig, Handlers: map[string]worker.HandlerFunc{
-		"steps": func(ctx context.Context, tk worker.Task) (worker.Result, error) {
-			select {
-			case <-r.Idle:
-			case <-ctx.Done():
-				return worker.Result{}, ctx.Err()
+	for _, loops := range []int{1, 16} {
+		t.Run(fmt.Sprintf("claimers=%d", loops), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			var r *running
+			r = b.worker(workerOpts{Config: func(c *worker.Config) {
+				batchConfig(c)
+				c.BatchClaimers = loops
+			}, Handlers: map[string]worker.HandlerFunc{
+				"steps": func(ctx context.Context, tk worker.Task) (worker.Result, error) {
+					select {
+					case <-r.Idle:
+					case <-ctx.Done():
+						return worker.Result{}, ctx.Err()
+					}
+					if tk.Step < 2 {
+						return worker.Continue(json.RawMessage(`{}`)), nil
+					}
+					return worker.Complete(tk.Input), nil
+				},
+			}})
+			r.waitIdle(t, b.ctx, loops) // every loop's first claim found nothing
+			st := b.start(startOpts{Name: "steps"})
+			b.wake("q")
+			ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
+			defer cancel()
+			for step, want := range []worker.Outcome{worker.OutcomeContinued, worker.OutcomeContinued, worker.OutcomeCompleted} {
+				f := r.next(t, ctx)
+				require.Equal(t, want, f.Outcome, "step %d", step)
+				require.Equal(t, step, f.Task.Step)
 			}
-			if tk.Step < 2 {
-				return worker.Continue(json.RawMessage(`{}`)), nil
-			}
-			return worker.Complete(tk.Input), nil
-		},
-	}})
-	r.waitIdle(t, b.ctx, 1) // the first claim found nothing
-	st := b.start(startOpts{Name: "steps"})
-	b.wake("q")
-	ctx, cancel := context.WithTimeout(b.ctx, time.Minute)
-	defer cancel()
-	for step, want := range []worker.Outcome{worker.OutcomeContinued, worker.OutcomeContinued, worker.OutcomeCompleted} {
-		f := r.next(t, ctx)
-		require.Equal(t, want, f.Outcome, "step %d", step)
-		require.Equal(t, step, f.Task.Step)
+			require.Equal(t, api.StatusCompleted, b.run("acme", st.Run.ID).Status)
+		})
 	}
-	require.Equal(t, api.StatusCompleted, b.run("acme", st.Run.ID).Status)
 }
 
 // BenchmarkQuietWorkflowSteps times a three-step run (two continuations)

@@ -137,7 +137,10 @@ func (o *outcomes) write(batch []*pendingOutcome) {
 	}
 	res, err := claim.RecordOutcomes(ctx, o.w.db, time.Time{}, outs)
 	var runs []finalRun
-	var next []string // queues where a continuation became due
+	// In batch mode, the queues where a continuation became due (see the
+	// turns below).
+	turns := o.w.cfg.ClaimBatch > 1
+	var next []string
 	for i, p := range batch {
 		a := outcomeAnswer{err: err}
 		if err == nil {
@@ -146,7 +149,7 @@ func (o *outcomes) write(batch []*pendingOutcome) {
 				r.Shard = o.w.cfg.Shard
 				runs = append(runs, finalRun{run: *r, span: p.span})
 			}
-			if res[i].NextID > 0 && dueNow(p.out.Continue) && !slices.Contains(next, p.queue) {
+			if turns && res[i].NextID > 0 && dueNow(p.out.Continue) && !slices.Contains(next, p.queue) {
 				next = append(next, p.queue)
 			}
 		}
@@ -154,18 +157,15 @@ func (o *outcomes) write(batch []*pendingOutcome) {
 	}
 	// A continuation due at once waits for this worker (it is pinned to
 	// it unless its handler asked otherwise) and nothing announces it: no
-	// gateway sent a wake-up for it. In
-	// batch mode the claim loop does not run the task, so it had claimed
-	// again while the handler still ran, found nothing and gone to wait:
-	// each step of a run waited for the next poll (a second by default)
-	// when nothing else woke the loop. A turn per queue serves every
-	// continuation of the statement (a batch claim takes them all). A
-	// loop of one task each claims again itself once its task's outcome
-	// is recorded, so single-claim mode needs none.
-	if o.w.cfg.ClaimBatch > 1 {
-		for _, q := range next {
-			o.w.claimTurn(q)
-		}
+	// gateway sent a wake-up for it. In batch mode the claim loop does not
+	// run the task, so it had claimed again while the handler still ran,
+	// found nothing and gone to wait: each step of a run waited for the
+	// next poll (a second by default) when nothing else woke the loop. A
+	// turn per queue serves every continuation of the statement (a batch
+	// claim takes them all). A loop of one task each claims again itself
+	// once its task's outcome is recorded, so single-claim mode needs none.
+	for _, q := range next {
+		o.w.claimTurn(q)
 	}
 	o.w.publishRuns(ctx, runs)
 }
