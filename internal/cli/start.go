@@ -29,6 +29,7 @@ func runStart(ctx context.Context, e env, args []string) error {
 	timeout := fs.Duration("timeout", 0, "time limit of one attempt (0: none)")
 	maxAttempts := fs.Int("max-attempts", 0, "attempts before the run fails (0: the gateway's default)")
 	wait := fs.Duration("wait", 0, "then wait up to this long for the run to be final")
+	notify := fs.Bool("notify", false, "publish the run's final state on NATS (harvest.runs.<tenant>.<run_id>)")
 	asJSON := fs.Bool("json", false, "print the run resource as JSON")
 	var pos []string
 	rest := args
@@ -59,7 +60,7 @@ func runStart(ctx context.Context, e env, args []string) error {
 		return err
 	}
 	o := client.StartOptions{ID: *id, FairnessKey: *key, QuotaKey: *quotaKey, Priority: *priority,
-		Delay: *delay, Timeout: *timeout, MaxAttempts: *maxAttempts}
+		Delay: *delay, Timeout: *timeout, MaxAttempts: *maxAttempts, Notify: *notify}
 	st, err := c.Start(ctx, pos[0], *queue, input, o)
 	if err != nil {
 		return apiFailure(err)

@@ -107,11 +107,11 @@ func cancelWaiting(ctx context.Context, db shard.Beginner, tenant, runID string,
 	if _, err := tx.Exec(ctx, sqlTenantRunningLock, tenant); err != nil {
 		return runstore.CancelResult{}, false, fmt.Errorf("deferred: lock running count: %w", err)
 	}
-	pk, waits, err := lockWaitingRun(ctx, tx, tenant, runID)
+	waiting, waits, err := lockWaitingRun(ctx, tx, tenant, runID)
 	if err != nil || !waits {
 		return runstore.CancelResult{}, false, err
 	}
-	if _, err := tx.Exec(ctx, sqlRunDeferredCancel, pk, reason); err != nil {
+	if _, err := tx.Exec(ctx, sqlRunDeferredCancel, waiting.PK, reason); err != nil {
 		return runstore.CancelResult{}, false, fmt.Errorf("deferred: cancel waiting run: %w", err)
 	}
 	if _, err := tx.Exec(ctx, sqlGroupCancelOfRun, tenant, runID); err != nil {
@@ -124,5 +124,5 @@ func cancelWaiting(ctx context.Context, db shard.Beginner, tenant, runID string,
 	if err := tx.Commit(ctx); err != nil {
 		return runstore.CancelResult{}, false, fmt.Errorf("deferred: commit cancel: %w", err)
 	}
-	return runstore.CancelResult{Run: run, Cancelled: true}, true, nil
+	return runstore.CancelResult{Run: run, Cancelled: true, Notify: waiting.Notify}, true, nil
 }

@@ -412,6 +412,7 @@ func (a *acceptor) throttle(ctx context.Context) (Result, error) {
 func (a *acceptor) placeholder(ctx context.Context, id string, r api.StartRequest, hash []byte) (int, error) {
 	cols := runArgs(a.p.Tenant, id, &r)
 	args := append(append(append([]any{}, cols[:8]...), hash), cols[8:]...)
+	args = append(args, r.Notify)
 	var pk int64
 	err := a.tx.QueryRow(ctx, sqlRunDeferredInsert, args...).Scan(&pk)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -584,6 +585,9 @@ func (a *acceptor) debounce(ctx context.Context) (Result, error) {
 			args[8], args[9]); err != nil {
 			return Result{}, fmt.Errorf("deferred: update deferred run: %w", err)
 		}
+		if err := a.notify(ctx, g.runID); err != nil {
+			return Result{}, err
+		}
 	}
 	if err := a.member(ctx, g.pk, position); err != nil {
 		return Result{}, err
@@ -664,11 +668,27 @@ func (a *acceptor) batch(ctx context.Context) (Result, error) {
 			return Result{}, fmt.Errorf("deferred: join batch: %w", err)
 		}
 		position, maxSize = joined.Size, joined.MaxSize
+		if err := a.notify(ctx, g.runID); err != nil {
+			return Result{}, err
+		}
 	}
 	if err := a.member(ctx, g.pk, position); err != nil {
 		return Result{}, err
 	}
 	return a.answer(ctx, g.pk, position >= maxSize)
+}
+
+// notify marks the group's waiting run runID as announced when it ends,
+// if the start joining it asked for that: the group's one run is
+// announced when any of its starts asked.
+func (a *acceptor) notify(ctx context.Context, runID string) error {
+	if !a.p.Req.Notify {
+		return nil
+	}
+	if _, err := runstore.Notify(ctx, a.tx, a.p.Tenant, runID); err != nil {
+		return fmt.Errorf("deferred: %w", err)
+	}
+	return nil
 }
 
 // batchJoined is what GroupBatchJoin reads: the batch's size with the

@@ -54,6 +54,7 @@ type startOpts struct {
 	DB       shard.Beginner // b.db
 	// MaxStarts is Params.DebounceMaxStarts (the default when zero).
 	MaxStarts int
+	Notify    bool // announce the run's end
 }
 
 func (b *bundle) params(o startOpts) deferred.Params {
@@ -69,7 +70,7 @@ func (b *bundle) params(o startOpts) deferred.Params {
 	if o.Queue == "" {
 		o.Queue = "q"
 	}
-	req := api.StartRequest{ID: o.ID, Name: o.Name, Queue: o.Queue}
+	req := api.StartRequest{ID: o.ID, Name: o.Name, Queue: o.Queue, Notify: o.Notify}
 	if o.QuotaKey != "" {
 		req.QuotaKey = &o.QuotaKey
 	}
@@ -265,6 +266,39 @@ func TestDebounceFiresAfterTheQuietPeriodWithTheLastInput(t *testing.T) {
 	s5 := b.start(startOpts{ID: "s5", Debounce: spec, At: 31 * time.Second})
 	require.NotEqual(t, runID, s5.Run.RunID)
 	require.True(t, s5.Run.FiresAt.Equal(at(b, 41*time.Second)))
+}
+
+// The one run of a debounce window or batch is announced when any of its
+// starts asked for it, the first or a later one; a throttled start's run
+// when its own start did.
+func TestAGroupsRunIsAnnouncedWhenAnyStartAsked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	notify := func(runID string) bool {
+		var on bool
+		require.NoError(t, b.db.QueryRow(b.ctx, `SELECT notify FROM runs WHERE tenant = 'acme' AND id = $1`, runID).Scan(&on))
+		return on
+	}
+	deb := `{"key": "d", "period": "10s"}`
+	quiet := b.start(startOpts{Debounce: deb}).Run.RunID
+	told := b.start(startOpts{Debounce: `{"key": "e", "period": "10s"}`}).Run.RunID
+	b.start(startOpts{Debounce: `{"key": "e", "period": "10s"}`, Notify: true, At: time.Second})
+	bat := `{"key": "b", "max_size": 3, "max_wait": "1m"}`
+	batch := b.start(startOpts{Batch: bat}).Run.RunID
+	b.start(startOpts{Batch: bat, Notify: true})
+	thr := `{"key": "t", "limit": 1, "period": "1m"}`
+	b.start(startOpts{Throttle: thr})
+	held := b.start(startOpts{Throttle: thr, Notify: true})
+	require.Equal(t, api.StatusDeferred, held.Run.Status)
+
+	require.False(t, notify(quiet))
+	require.True(t, notify(told), "the waiting run takes a later start's request")
+	require.True(t, notify(batch), "a batch's run, when a later member asked")
+	require.Equal(t, 4, b.fire(time.Hour).Fired)
+	require.False(t, notify(quiet))
+	require.True(t, notify(told), "the fired run keeps it")
+	require.True(t, notify(batch))
+	require.True(t, notify(held.Run.RunID))
 }
 
 func TestDebounceWithoutMaxWaitWaitsForQuiet(t *testing.T) {

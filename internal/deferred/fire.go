@@ -53,26 +53,31 @@ func lockGroup(ctx context.Context, tx pgx.Tx, sql string, pk int64) (*group, er
 }
 
 // lockWaitingRun locks the run row a group will replace and reports
-// whether it still waits (status deferred).
-func lockWaitingRun(ctx context.Context, tx pgx.Tx, tenant, runID string) (int64, bool, error) {
+// whether it still waits (status deferred). A missing row is the zero
+// waitingRun, not waiting.
+func lockWaitingRun(ctx context.Context, tx pgx.Tx, tenant, runID string) (waitingRun, bool, error) {
 	rows, err := tx.Query(ctx, sqlRunDeferredLock, tenant, runID)
 	if err != nil {
-		return 0, false, fmt.Errorf("deferred: lock deferred run: %w", err)
+		return waitingRun{}, false, fmt.Errorf("deferred: lock deferred run: %w", err)
 	}
-	run, err := pgx.CollectOneRow(rows, pgx.RowToStructByName[runStatus])
+	run, err := pgx.CollectOneRow(rows, pgx.RowToStructByName[waitingRun])
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
+		return waitingRun{}, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("deferred: lock deferred run: %w", err)
+		return waitingRun{}, false, fmt.Errorf("deferred: lock deferred run: %w", err)
 	}
-	return run.PK, run.Status == api.StatusDeferred, nil
+	return run, run.Status == api.StatusDeferred, nil
 }
 
-// runStatus is what RunDeferredLock reads of a run.
-type runStatus struct {
+// waitingRun is what RunDeferredLock reads of a run.
+type waitingRun struct {
 	PK     int64      `db:"pk"`
 	Status api.Status `db:"status"`
+	// Notify: the run's end is announced (runs.notify). The waiting row
+	// gathers it from every start of its group and from long polls on it,
+	// so the run that replaces it takes it from here.
+	Notify bool `db:"notify"`
 }
 
 // fire starts the run of a locked pending group, in tx: the waiting run
@@ -81,7 +86,7 @@ type runStatus struct {
 // is marked fired. A group whose run was cancelled while it waited is
 // closed instead, and fire returns nil.
 func fire(ctx context.Context, tx pgx.Tx, shard int, g *group, now time.Time) (*runstore.Committed, error) {
-	pk, live, err := lockWaitingRun(ctx, tx, g.Tenant, g.RunID)
+	waiting, live, err := lockWaitingRun(ctx, tx, g.Tenant, g.RunID)
 	if err != nil {
 		return nil, err
 	}
@@ -96,10 +101,11 @@ func fire(ctx context.Context, tx pgx.Tx, shard int, g *group, now time.Time) (*
 		return nil, fmt.Errorf("deferred: decode stored request: %w", err)
 	}
 	req.ID = g.RunID
+	req.Notify = waiting.Notify
 	if g.Mode == api.ModeBatch {
 		req.Input = g.Input
 	}
-	if _, err := tx.Exec(ctx, sqlRunDeferredDelete, pk); err != nil {
+	if _, err := tx.Exec(ctx, sqlRunDeferredDelete, waiting.PK); err != nil {
 		return nil, fmt.Errorf("deferred: remove deferred run: %w", err)
 	}
 	p := runstore.StartParams{Tenant: g.Tenant, Shard: shard, Req: req, TraceContext: g.Trace, Fired: true}

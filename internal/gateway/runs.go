@@ -71,8 +71,11 @@ func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Durat
 	}
 	defer h.leave(w)
 	// Listen before the first read, so an event sent between the read and
-	// the sleep is not missed.
+	// the sleep is not missed; and make sure there will be an event (a
+	// run is announced only when asked), before the read too, so that a
+	// run found unfinished announces its end.
 	h.listen(w, g.subjects.Runs(tenant, id))
+	g.askForEvent(ctx, tenant, id)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	reread := time.NewTimer(time.Hour)
@@ -88,6 +91,7 @@ func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Durat
 			// A debounce or batch start: its run's events go out under
 			// the run's id, heard from now on. Read once more, for the
 			// run may have ended before.
+			g.askForEvent(ctx, tenant, run.RunID)
 			continue
 		}
 		reread.Reset(h.rereadAfter())
@@ -108,6 +112,30 @@ func (g *Gateway) getRun(ctx context.Context, tenant, id string, wait time.Durat
 			return run, nil
 		case <-ctx.Done():
 			return run, nil
+		}
+	}
+}
+
+// askForEvent makes the tenant's run id announce its end
+// (runstore.Notify), for a long poll about to wait for that event: on the
+// tenant's home and, while the tenant moves, on the home it leaves (the
+// run is on one of them; a run copied meanwhile may lose the request,
+// which costs that wait its event). A failure is logged and the wait
+// goes on: it rereads the run now and then, so the event only saves
+// latency.
+func (g *Gateway) askForEvent(ctx context.Context, tenant, id string) {
+	e, ae := g.entry(ctx, tenant)
+	if ae != nil {
+		return // the wait's read answers the same error
+	}
+	shards := []int{e.Shard}
+	if from := e.From(); from >= 0 {
+		shards = append(shards, from)
+	}
+	for _, shard := range shards {
+		if _, err := runstore.Notify(ctx, g.shards[shard], tenant, id); err != nil && ctx.Err() == nil {
+			g.log.Warn("a long poll could not ask for its run's event; it rereads the run instead",
+				"shard", shard, "err", err)
 		}
 	}
 }
@@ -159,7 +187,8 @@ func (g *Gateway) listRuns(ctx context.Context, p runstore.ListParams) (api.RunL
 // window or batch, by any of its starts' ids. A cancel is announced on the
 // run's event subject, under the run's own id (a worker holding its task
 // learns of it at its next heartbeat) and, for a start's id, under that id
-// too, for those waiting on it.
+// too, for those waiting on it; like every run event, only for a run that
+// asked to be announced (api.StartRequest.Notify, or a long poll on it).
 //
 // A run being copied to its tenant's new home cannot be cancelled until
 // the copy has it (runstore.ErrRunMoving): the cancel waits for that,
@@ -174,7 +203,7 @@ func (g *Gateway) cancelRun(ctx context.Context, tenant, id, reason string) (api
 	if shard, err := g.whileMoving(ctx, tenant, cancel); err != nil {
 		return api.Run{}, g.movingAPIError(err, tenant, shard, "cancel run")
 	}
-	if res.Cancelled {
+	if res.Cancelled && res.Notify {
 		ev := res.Run
 		if ev.RunID != "" && ev.RunID != ev.ID {
 			g.publishRun(ctx, ev)

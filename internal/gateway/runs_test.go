@@ -74,7 +74,7 @@ func TestCancelRunningRun(t *testing.T) {
 	require.NoError(t, b.nc.Flush())
 
 	c := b.client(t, secretA)
-	st, err := c.Start(b.ctx, "echo", "shared", nil, clientOpts("busy", ""))
+	st, err := c.Start(b.ctx, "echo", "shared", nil, client.StartOptions{ID: "busy", Notify: true})
 	require.NoError(t, err)
 	res, err := claim.Claim(b.ctx, b.dbs[0], claim.Request{Queue: "shared", Worker: "w"})
 	require.NoError(t, err)
@@ -101,6 +101,30 @@ func TestCancelRunningRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, api.StatusCancelled, got.Status)
 	require.Contains(t, []string{"", "null"}, string(got.Output), "the result was discarded")
+}
+
+// A cancel is announced like any other end of a run: only when the run
+// asked for it. The gateway sends its messages in order, so had the first
+// cancel been announced, its event would come first.
+func TestCancelAnnouncedOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{})
+	events := make(chan *natsMsg, 2)
+	sub, err := b.nc.Subscribe("harvest.runs."+tenantOn[0]+".>", func(m *natsMsg) { events <- m })
+	require.NoError(t, err)
+	defer sub.Unsubscribe() //nolint:errcheck
+	require.NoError(t, b.nc.Flush())
+
+	c := b.client(t, secretA)
+	for _, o := range []client.StartOptions{{ID: "quiet"}, {ID: "told", Notify: true}} {
+		_, err := c.Start(b.ctx, "echo", "shared", nil, o)
+		require.NoError(t, err)
+		run, err := c.Cancel(b.ctx, o.ID)
+		require.NoError(t, err)
+		require.Equal(t, api.StatusCancelled, run.Status)
+	}
+	ev := receive(t, events)
+	require.Equal(t, "harvest.runs."+tenantOn[0]+".told", ev.Subject, "the first event is the run that asked for it")
 }
 
 func TestGetRunAndWait(t *testing.T) {

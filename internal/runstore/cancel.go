@@ -27,6 +27,10 @@ type CancelResult struct {
 	// worker learns of the cancel at its next heartbeat (a stale lease) and
 	// its result is discarded.
 	WasRunning bool
+	// Notify is true when the run's end is announced on NATS (the start
+	// asked for it, or a long poll waits for the run): the cancel is
+	// announced then, and only then.
+	Notify bool
 }
 
 // Cancel cancels the tenant's run in one statement (harvest_run_cancel):
@@ -56,6 +60,7 @@ func Cancel(ctx context.Context, db shard.Querier, tenant, id string, shard int,
 type cancelRow struct {
 	Outcome    string `db:"outcome"`
 	WasRunning bool   `db:"was_running"`
+	Notify     bool   `db:"notify"`
 	hashedRow
 }
 
@@ -70,12 +75,12 @@ func cancelOnce(ctx context.Context, db shard.Querier, tenant, id string, shard 
 	}
 	run := row.Run(shard)
 	if row.Outcome == "cancelled" {
-		return CancelResult{Run: run, Cancelled: true, WasRunning: row.WasRunning}, nil
+		return CancelResult{Run: run, Cancelled: true, WasRunning: row.WasRunning, Notify: row.Notify}, nil
 	}
 	if run.Status == api.StatusCompleted || run.Status == api.StatusFailed {
 		// Final before the cancel, or finished by a worker between the
 		// function's read and its lock: either way nothing was changed.
-		return CancelResult{Run: run}, ErrFinished
+		return CancelResult{Run: run, Notify: row.Notify}, ErrFinished
 	}
-	return CancelResult{Run: run}, nil
+	return CancelResult{Run: run, Notify: row.Notify}, nil
 }

@@ -670,10 +670,16 @@ func groupArgs(g *group, rule *tenantcap.Rule, closed bool) []any {
 	args := manyArgs(g.sent)
 	args = append(args, g.skip)
 	if rule == nil {
-		return append(args, nil, nil, nil, nil, nil, nil, nil, closed)
+		args = append(args, nil, nil, nil, nil, nil, nil, nil, closed)
+	} else {
+		p := rule.Params()
+		args = append(args, p.Algorithm, p.TFM, p.MaxRuns, p.StaticLimit, p.Others, p.Leased, p.ScheduledCap, closed)
 	}
-	p := rule.Params()
-	return append(args, p.Algorithm, p.TFM, p.MaxRuns, p.StaticLimit, p.Others, p.Leased, p.ScheduledCap, closed)
+	notify := make([]bool, len(g.sent))
+	for i, it := range g.sent {
+		notify[i] = it.row.notify
+	}
+	return append(args, notify)
 }
 
 // readStarted reads the rows of RunStartGroup into the group's starts.

@@ -132,7 +132,7 @@ type startRow struct {
 	timeoutMS                           *int64
 	runAt                               *time.Time
 	delayUS                             int64
-	fired                               bool
+	fired, notify                       bool
 }
 
 // startRowOf checks p and builds its row.
@@ -148,6 +148,7 @@ func startRowOf(p *StartParams) (startRow, error) {
 	row := startRow{
 		tenant: p.Tenant, id: r.ID, name: r.Name, queue: r.Queue, key: r.Key(), quota: quotaKey(r),
 		priority: r.Priority, maxAttempts: api.DefaultMaxAttempts, hash: hash, fired: p.Fired,
+		notify: r.Notify,
 	}
 	if r.MaxAttempts != nil {
 		row.maxAttempts = *r.MaxAttempts
@@ -176,7 +177,7 @@ func startRowOf(p *StartParams) (startRow, error) {
 // args are the parameters of RunStart.
 func (r *startRow) args() []any {
 	return []any{r.tenant, r.id, r.name, r.queue, r.key, r.quota, r.priority, r.input, r.hash,
-		r.maxAttempts, r.timeoutMS, r.runAt, r.delayUS, r.trace, r.fired}
+		r.maxAttempts, r.timeoutMS, r.runAt, r.delayUS, r.trace, r.fired, r.notify}
 }
 
 // manyArgs are the start arrays of RunStartGroup for starts, in order.
@@ -379,9 +380,14 @@ func get(ctx context.Context, db shard.Querier, tenant, id string, shard int) (a
 // RequestHash identifies a start request apart from its id: two requests
 // with the same hash are the same start. The input is compared as JSON
 // values, so white space and key order do not matter.
+//
+// Notify is left out: it says who hears of the run, not what the run is,
+// so a replay that asks for the announcement (or does not) is the same
+// start, answered with the run as it was created.
 func RequestHash(r *api.StartRequest) ([]byte, error) {
 	c := *r
 	c.ID = ""
+	c.Notify = false
 	if len(c.Input) > 0 {
 		canon, err := canonicalJSON(c.Input)
 		if err != nil {

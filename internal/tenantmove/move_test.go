@@ -46,6 +46,9 @@ func TestMoveCopiesEveryRunOnce(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.dbs[dst].Exec(b.ctx, `INSERT INTO fair_queues (queue, clock) VALUES ('q', 100)`)
 	require.NoError(t, err)
+	// One run not announced (its start did not ask): it stays so.
+	_, err = b.dbs[src].Exec(b.ctx, `UPDATE runs SET notify = false WHERE tenant = 'acme' AND id = $1`, ids[0])
+	require.NoError(t, err)
 
 	o := b.o
 	finished := false
@@ -76,6 +79,8 @@ func TestMoveCopiesEveryRunOnce(t *testing.T) {
 		}
 	}
 	require.JSONEq(t, `{"late":true}`, string(got[busy.id].Output))
+	require.EqualValues(t, 1, b.count(t, dst, `SELECT count(*) FROM runs WHERE tenant = 'acme' AND NOT notify`))
+	require.EqualValues(t, 1, b.count(t, dst, `SELECT count(*) FROM runs WHERE tenant = 'acme' AND id = $1 AND NOT notify`, ids[0]))
 	require.Len(t, b.runsOf(t, src, "other"), 2)
 	require.Empty(t, b.runsOf(t, src, "acme"))
 

@@ -43,6 +43,15 @@ type StartRequest struct {
 	Throttle json.RawMessage `json:"throttle,omitempty"`
 	Debounce json.RawMessage `json:"debounce,omitempty"`
 	Batch    json.RawMessage `json:"batch,omitempty"`
+	// Notify asks for the run's final state on NATS, on
+	// harvest.runs.<tenant>.<run_id>, for subscribers of that subject.
+	// Without it nothing is published when the run ends, since nobody
+	// listens to most runs and each event costs the fleet about a tenth
+	// of what running a short task does. A long poll on the run
+	// (GET /v1/runs/{id}?wait=, the Go client's Wait) asks for it itself.
+	// It is not part of the request's identity: a replay that differs
+	// only in Notify is the same start.
+	Notify bool `json:"notify,omitempty"`
 }
 
 // BatchStartRequest is the body of a batch start.

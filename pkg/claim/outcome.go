@@ -68,9 +68,11 @@ type OutcomeResult struct {
 	// NextID is a continuation's new task.
 	NextID int64
 	// Run is the run as the run event (harvest.runs.<tenant>.<run_id>)
-	// shows it, when this outcome made it final (completed or failed);
-	// nil when the run goes on or was final already (cancelled). Its
-	// Shard is zero: the caller knows which shard it asked.
+	// shows it, when this outcome made it final (completed or failed) and
+	// the run is to be announced (its start asked with notify, or a long
+	// poll waits for it); nil when the run goes on, was final already
+	// (cancelled) or is not announced. Its Shard is zero: the caller knows
+	// which shard it asked.
 	Run *api.Run
 }
 

@@ -113,6 +113,20 @@ func TestOutcomeBatchMatchesSingleStatements(t *testing.T) {
 			want: want{state: "done", run: "completed", countDrop: 1, event: true},
 		},
 		{
+			// A run whose start did not ask to be announced ends the same
+			// way, and is not returned for an event.
+			name: "complete of a run not announced",
+			prep: func(id int64) {
+				_, err := b.db.Exec(b.ctx, `UPDATE runs SET notify = false WHERE pk = (SELECT run_pk FROM tasks WHERE id = $1)`, id)
+				require.NoError(t, err)
+			},
+			out: claim.Outcome{Kind: claim.OutcomeComplete, Output: json.RawMessage(`{"n":1}`)},
+			single: func(id int64, tok uuid.UUID) (bool, error) {
+				return false, claim.Complete(b.ctx, b.db, id, tok, json.RawMessage(`{"n":1}`))
+			},
+			want: want{state: "done", run: "completed", countDrop: 1},
+		},
+		{
 			name: "continue",
 			out:  claim.Outcome{Kind: claim.OutcomeContinue, Continue: claim.ContinueOptions{Input: json.RawMessage(`{"step":2}`)}},
 			single: func(id int64, tok uuid.UUID) (bool, error) {
@@ -337,7 +351,7 @@ func TestOutcomeBatchMatchesSingleStatements(t *testing.T) {
 					require.Equal(t, c.out.Fail.Error, *r.Error)
 				}
 			} else {
-				require.Nil(t, got[i].Run, "the run did not become final here")
+				require.Nil(t, got[i].Run, "the run did not become final here, or is not announced")
 			}
 		})
 	}

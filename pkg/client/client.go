@@ -128,6 +128,10 @@ type StartOptions struct {
 	Timeout time.Duration
 	// MaxAttempts bounds the attempts; zero: the server's default.
 	MaxAttempts int
+	// Notify asks for the run's final state on NATS
+	// (harvest.runs.<tenant>.<run_id>) for subscribers of that subject;
+	// without it none is published. Wait does not need it.
+	Notify bool
 
 	// Throttle, Debounce and Batch defer the start (set at most one; see
 	// docs/deferred.md). A deferred start cannot set FairnessKey, RunAt or
@@ -172,7 +176,7 @@ func Batch(key string, maxSize int, maxWait time.Duration) *api.BatchSpec {
 // Request builds the API start request of a run of workflow name on queue
 // with input (any JSON-encodable value; json.RawMessage is sent as it is).
 func (o StartOptions) Request(name, queue string, input any) (api.StartRequest, error) {
-	req := api.StartRequest{ID: o.ID, Name: name, Queue: queue, Priority: o.Priority}
+	req := api.StartRequest{ID: o.ID, Name: name, Queue: queue, Priority: o.Priority, Notify: o.Notify}
 	if input != nil {
 		if raw, ok := input.(json.RawMessage); ok {
 			req.Input = raw

@@ -33,7 +33,7 @@ func TestBatchModeCompletesAndAnnounces(t *testing.T) {
 	require.NoError(t, b.nc.Flush())
 	ids := map[string]bool{}
 	for range n {
-		ids[b.start(startOpts{Key: "k"}).Run.ID] = true
+		ids[b.start(startOpts{Key: "k", Notify: true}).Run.ID] = true
 	}
 	r := b.worker(workerOpts{Config: batchConfig})
 	b.wake("q")

@@ -176,11 +176,11 @@ func TestEveryOutcomeGoesThroughTheBatches(t *testing.T) {
 			})
 			final := map[string]api.Status{}
 			for range 3 {
-				final[b.start(startOpts{Name: "steps"}).Run.ID] = api.StatusCompleted
-				final[b.start(startOpts{Name: "flaky"}).Run.ID] = api.StatusCompleted
-				final[b.start(startOpts{Name: "broken"}).Run.ID] = api.StatusFailed
-				final[b.start(startOpts{Name: "slow"}).Run.ID] = api.StatusCompleted
-				final[b.start(startOpts{}).Run.ID] = api.StatusCompleted
+				final[b.start(startOpts{Name: "steps", Notify: true}).Run.ID] = api.StatusCompleted
+				final[b.start(startOpts{Name: "flaky", Notify: true}).Run.ID] = api.StatusCompleted
+				final[b.start(startOpts{Name: "broken", Notify: true}).Run.ID] = api.StatusFailed
+				final[b.start(startOpts{Name: "slow", Notify: true}).Run.ID] = api.StatusCompleted
+				final[b.start(startOpts{Notify: true}).Run.ID] = api.StatusCompleted
 			}
 			want := map[worker.Outcome]int{
 				worker.OutcomeContinued: 6, worker.OutcomeRetried: 3, worker.OutcomeFailed: 3, worker.OutcomeCompleted: 12,

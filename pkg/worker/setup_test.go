@@ -54,6 +54,7 @@ type startOpts struct {
 	Priority    int
 	MaxAttempts int // default: the API default
 	Timeout     time.Duration
+	Notify      bool // announce the run's end on NATS
 }
 
 var runSeq struct {
@@ -83,7 +84,7 @@ func (b *bundle) start(o startOpts) runstore.StartResult {
 	if o.Key != "" {
 		req.FairnessKey = &o.Key
 	}
-	req.Priority = o.Priority
+	req.Priority, req.Notify = o.Priority, o.Notify
 	if o.MaxAttempts > 0 {
 		req.MaxAttempts = &o.MaxAttempts
 	}

@@ -37,7 +37,7 @@ func TestWakeUpClaimsAtOnce(t *testing.T) {
 
 	// The poll interval is an hour: only the wake-up can bring the claim
 	// before the test's deadline.
-	st := b.start(startOpts{Input: `{"hello":"world"}`, Key: "k1"})
+	st := b.start(startOpts{Input: `{"hello":"world"}`, Key: "k1", Notify: true})
 	b.wake("q")
 
 	f := r.next(t, b.ctx)
@@ -68,6 +68,36 @@ func TestWakeUpClaimsAtOnce(t *testing.T) {
 	var running int
 	require.NoError(t, b.db.QueryRow(b.ctx, `SELECT running FROM tenant_running WHERE tenant = 'acme'`).Scan(&running))
 	require.Zero(t, running)
+}
+
+// A run is announced only when its start asked for it. The two runs end
+// one after the other on one worker, whose connection delivers its
+// messages in the order it sent them: had the first run been announced,
+// its event would come before the second's.
+func TestOnlyRunsThatAskAreAnnounced(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.worker(workerOpts{})
+	r.waitIdle(t, b.ctx, 1)
+	events, err := b.nc.SubscribeSync("harvest.runs.acme.>")
+	require.NoError(t, err)
+	require.NoError(t, b.nc.Flush())
+
+	quiet := b.start(startOpts{})
+	b.wake("q")
+	f := r.next(t, b.ctx)
+	require.Equal(t, quiet.Run.ID, f.Task.RunID)
+	require.Equal(t, worker.OutcomeCompleted, f.Outcome)
+	require.Equal(t, api.StatusCompleted, b.run("acme", quiet.Run.ID).Status)
+
+	told := b.start(startOpts{Notify: true})
+	b.wake("q")
+	f = r.next(t, b.ctx)
+	require.Equal(t, told.Run.ID, f.Task.RunID)
+	msg, err := events.NextMsg(time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, dispatch.Subjects{}.Runs("acme", told.Run.ID), msg.Subject,
+		"the first event is the run that asked for it")
 }
 
 func TestPollsWhileNATSIsDown(t *testing.T) {

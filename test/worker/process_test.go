@@ -174,7 +174,8 @@ func (b *bundle) request(ch chan *nats.Msg) (*nats.Msg, workerbin.BridgeRequest)
 func (b *bundle) start(name, input string) runstore.StartResult {
 	b.t.Helper()
 	res, err := runstore.Start(b.ctx, b.db, runstore.StartParams{Tenant: "acme", Req: api.StartRequest{
-		ID: testsvc.RandomName("run-"), Name: name, Queue: "q", Input: json.RawMessage(input),
+		// Announced, so that a test can count the run's final events.
+		ID: testsvc.RandomName("run-"), Name: name, Queue: "q", Input: json.RawMessage(input), Notify: true,
 	}})
 	require.NoError(b.t, err)
 	return res

@@ -18,7 +18,8 @@
 -- $1 tenant, $2 id, $3 name, $4 queue, $5 fairness key, $6 quota key,
 -- $7 priority, $8 input, $9 request hash, $10 max attempts, $11 timeout ms,
 -- $12 run_at, $13 delay in microseconds, $14 trace context, $15 whether
--- it is a fired deferred start.
+-- it is a fired deferred start, $16 whether the run's final state is
+-- announced on NATS (runs.notify).
 --
 -- scheduled is the tenant's runs not due yet after the start, this one
 -- included, when this run is not due yet (runs.not_before); 0 otherwise.
@@ -30,8 +31,9 @@ WITH due AS (
                     CASE WHEN $13::bigint > 0 THEN now() + $13::bigint * interval '1 microsecond' END) AS at
 ), run AS (
     INSERT INTO runs (tenant, id, name, queue, fairness_key, quota_key, priority, input,
-                      request_hash, max_attempts, timeout_ms, not_before)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, CASE WHEN due.at > now() THEN due.at END
+                      request_hash, max_attempts, timeout_ms, not_before, notify)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, CASE WHEN due.at > now() THEN due.at END,
+           $16::boolean
     FROM due
     -- HA020 when the tenant has moved away (tenant_fences), unless this is
     -- the run of a deferred start firing ($15), whose id the shard holds.

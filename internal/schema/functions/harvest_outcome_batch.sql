@@ -33,7 +33,8 @@
 -- not the task's current one, or the task is not running: nothing of it was
 -- changed) or 'not_found'; for a failure whether it will run again; for a
 -- continuation the new task's id; and, when this statement made the run
--- final, the run as the run event shows it. A task named twice is recorded
+-- final and the run is announced (runs.notify), the run as the run event
+-- shows it (a run nobody asked to hear of is not read again). A task named twice is recorded
 -- once, by its first item; the others are 'stale'.
 --
 -- Locks are taken in one order, the order of the rescue of expired leases:
@@ -73,7 +74,7 @@ DECLARE
     v_live    integer[];  -- items whose lease is current
     v_retry   integer[];  -- failures that will run again
     v_cont    integer[];  -- continuations
-    v_fin     integer[];  -- items whose run this statement made final
+    v_fin     integer[];  -- items whose run this statement made final, if announced
     v_fin_pk  bigint[];   -- their runs
     v_tenants text[];     -- and their tenants
     v_next    bigint[];   -- by item: the continuation's task id
@@ -159,13 +160,13 @@ BEGIN
         FROM plan p
         WHERE r.pk = p.run_pk AND r.status NOT IN ('completed', 'failed', 'cancelled')
           AND NOT (p.kind = 'release' AND r.status = 'queued')
-        RETURNING p.ord, p.final, r.pk, r.tenant
+        RETURNING p.ord, p.final, r.pk, r.tenant, r.notify
     )
     SELECT (SELECT array_agg(p.ord ORDER BY p.id) FROM plan p),
            (SELECT array_agg(p.ord ORDER BY p.id) FROM plan p WHERE p.retry),
            (SELECT array_agg(p.ord ORDER BY p.id) FROM plan p WHERE p.kind = 'continue'),
-           (SELECT array_agg(u.ord ORDER BY u.ord) FROM run_upd u WHERE u.final),
-           (SELECT array_agg(u.pk ORDER BY u.ord) FROM run_upd u WHERE u.final),
+           (SELECT array_agg(u.ord ORDER BY u.ord) FROM run_upd u WHERE u.final AND u.notify),
+           (SELECT array_agg(u.pk ORDER BY u.ord) FROM run_upd u WHERE u.final AND u.notify),
            (SELECT array_agg(u.tenant ORDER BY u.ord) FROM run_upd u WHERE u.final)
     INTO v_live, v_retry, v_cont, v_fin, v_fin_pk, v_tenants;
 

@@ -14,7 +14,9 @@
 --              between the read and the lock (nothing was changed then:
 --              its tasks were done and the finish leaves a final run
 --              alone).
--- The rest of the row is the run as runs_seen shows it after the cancel.
+-- The rest of the row is the run as runs_seen shows it after the cancel,
+-- and notify, whether the run's end is announced on NATS (runs.notify:
+-- the gateway announces the cancel only then).
 -- A run waiting as a deferred start (no task yet) is cancelled as any run,
 -- its slot released; package deferred sends such runs down its own path,
 -- which also closes their group.
@@ -25,11 +27,13 @@
 -- without a lock, then its tasks are locked (task first, run second, the
 -- order of the claim and of the outcome batch), then the run's row by its
 -- update, then the count row (harvest_run_finish).
+DROP FUNCTION IF EXISTS harvest_run_cancel(text, text, text);
 CREATE OR REPLACE FUNCTION harvest_run_cancel(p_tenant text, p_id text, p_reason text)
 RETURNS TABLE (outcome text, was_running boolean,
                pk bigint, id text, tenant text, name text, queue text, fairness_key text, quota_key text,
                priority integer, status text, attempts integer, created_at timestamptz,
-               claimed_at timestamptz, finished_at timestamptz, output jsonb, error text, request_hash bytea)
+               claimed_at timestamptz, finished_at timestamptz, output jsonb, error text, request_hash bytea,
+               notify boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_pk      bigint;
@@ -85,7 +89,8 @@ BEGIN
                     THEN 'cancelled' ELSE 'final' END,
                v_running > 0,
                s.pk, s.id, s.tenant, s.name, s.queue, s.fairness_key, s.quota_key, s.priority, s.status,
-               s.attempts, s.created_at, s.claimed_at, s.finished_at, s.output, s.error, s.request_hash
+               s.attempts, s.created_at, s.claimed_at, s.finished_at, s.output, s.error, s.request_hash,
+               (SELECT n.notify FROM runs n WHERE n.pk = s.pk)
         FROM runs_seen s
         WHERE s.tenant = p_tenant AND s.id = p_id;
 END

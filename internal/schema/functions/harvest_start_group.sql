@@ -53,6 +53,15 @@
 -- locks are held for the statement and its commit, not for the commit's
 -- WAL flush: the caller answers the starts only after waiting for that
 -- flush (RunStartFlush), in the same round trip.
+--
+-- p_notify[i] says whether start i's run is announced on NATS when it
+-- ends (runs.notify); last and with a default, so that a gateway of the
+-- previous release finds the function during a rolling upgrade (its runs
+-- are announced, as before).
+DROP FUNCTION IF EXISTS harvest_start_group(text[], text[], text[], text[], text[], text[], integer[], text[],
+                                            bytea[], integer[], bigint[], timestamptz[], bigint[], text[],
+                                            boolean[], text, double precision, bigint, bigint, bigint, boolean,
+                                            bigint, boolean);
 CREATE OR REPLACE FUNCTION harvest_start_group(p_tenants text[], p_ids text[], p_names text[], p_queues text[],
                                                p_keys text[], p_quota text[], p_priorities integer[],
                                                p_inputs text[], p_hashes bytea[], p_tries integer[],
@@ -60,7 +69,7 @@ CREATE OR REPLACE FUNCTION harvest_start_group(p_tenants text[], p_ids text[], p
                                                p_traces text[], p_skip boolean[], p_algorithm text,
                                                p_tfm double precision, p_max_runs bigint, p_static_limit bigint,
                                                p_others bigint, p_leased boolean, p_scheduled_cap bigint,
-                                               p_closed boolean)
+                                               p_closed boolean, p_notify boolean[] DEFAULT NULL)
 RETURNS TABLE (ord integer, outcome text, reason text, run_pk bigint, task_id bigint, due boolean, busy boolean,
                own bigint, shard bigint, lease bigint, scheduled bigint, moved_to integer, err_code text,
                err_message text, err_constraint text, created_at timestamptz)
@@ -256,7 +265,7 @@ BEGIN
                     SELECT w.run_pk, w.task_id INTO v_pk, v_task
                     FROM harvest_start_write(p_tenants, p_ids, p_names, p_queues, p_keys, p_quota, p_priorities,
                                              p_inputs, p_hashes, p_tries, p_timeouts, p_traces, v_due_at,
-                                             ARRAY[i]) AS w;
+                                             ARRAY[i], p_notify) AS w;
                 EXCEPTION WHEN data_exception OR integrity_constraint_violation OR program_limit_exceeded THEN
                     GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT,
                                             v_con = CONSTRAINT_NAME;
@@ -292,7 +301,7 @@ BEGIN
             FOR r IN SELECT w.ord, w.run_pk, w.task_id
                      FROM harvest_start_write(p_tenants, p_ids, p_names, p_queues, p_keys, p_quota, p_priorities,
                                               p_inputs, p_hashes, p_tries, p_timeouts, p_traces, v_due_at,
-                                              v_admit) AS w LOOP
+                                              v_admit, p_notify) AS w LOOP
                 o_pk[r.ord] := r.run_pk;
                 o_task[r.ord] := r.task_id;
             END LOOP;

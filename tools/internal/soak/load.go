@@ -179,7 +179,9 @@ func (l *Load) request(n int64) (string, bool, api.StartRequest) {
 	viaNATS := (n/int64(len(tenants)))%2 == 1
 	key := fmt.Sprintf("k%d", n%5)
 	maxAttempts := 5
-	req := api.StartRequest{ID: fmt.Sprintf("%s-%06d", l.tag, n), Queue: Queue, FairnessKey: &key, MaxAttempts: &maxAttempts}
+	// Announced: the check counts each run's final events.
+	req := api.StartRequest{ID: fmt.Sprintf("%s-%06d", l.tag, n), Queue: Queue, FairnessKey: &key,
+		MaxAttempts: &maxAttempts, Notify: true}
 	kinds := 3
 	if l.opts.Probe {
 		kinds = 4

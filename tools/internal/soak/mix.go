@@ -43,7 +43,10 @@ func (l *Load) mixedRequest(n int64) (string, bool, api.StartRequest) {
 	viaNATS := (n/int64(len(tenants)))%2 == 1
 	key := fmt.Sprintf("k%d", n%5)
 	maxAttempts := 5
-	req := api.StartRequest{ID: fmt.Sprintf("%s-%06d", l.tag, n), Queue: Queue, FairnessKey: &key, MaxAttempts: &maxAttempts}
+	// Announced, as the soak's runs are: the check counts each run's final
+	// events, and the mix's figures include what the events cost.
+	req := api.StartRequest{ID: fmt.Sprintf("%s-%06d", l.tag, n), Queue: Queue, FairnessKey: &key,
+		MaxAttempts: &maxAttempts, Notify: true}
 	switch m := n % 20; {
 	case m < 4: // short tasks
 		req.Name, req.Input = "sleep", fmt.Appendf(nil, `{"ms":%d}`, 50+n%5*50)
@@ -151,7 +154,7 @@ func (l *Load) bursts() {
 			n := l.seq.Add(1)
 			maxAttempts := 5
 			req := api.StartRequest{ID: fmt.Sprintf("%s-%06d", l.tag, n), Name: "probe", Queue: Queue,
-				FairnessKey: &key, MaxAttempts: &maxAttempts, RunAt: &due,
+				FairnessKey: &key, MaxAttempts: &maxAttempts, RunAt: &due, Notify: true,
 				Input: fmt.Appendf(nil, `{"ms":5,"key":%q}`, key)}
 			select {
 			case sem <- struct{}{}:

@@ -1,0 +1,16 @@
+-- Whether a run's final state is announced on NATS
+-- (harvest.runs.<tenant>.<run_id>).
+--
+-- The announcement used to go out for every run. In a drain of a flood
+-- nobody listens to almost all of them, and encoding, sending and routing
+-- each one cost about a tenth of what a task costs the fleet; a start now
+-- asks for it ("notify": true), and a gateway's long poll on a run
+-- (GET /v1/runs/{id}?wait=) sets it on the run it waits for.
+--
+-- The column's default is true, not false: a gateway of the previous
+-- release, which writes runs without naming the column during a rolling
+-- upgrade, keeps the announcements its clients rely on, and so do the
+-- runs already written when this migration runs. The current release
+-- names the column in every insert. Adding a column with a constant
+-- default does not rewrite the table; no index reads it.
+ALTER TABLE runs ADD COLUMN notify boolean NOT NULL DEFAULT true;
