@@ -253,8 +253,8 @@ func fill(ctx context.Context, db *pgxpool.Pool, backlog, keys int, heavy float6
 	every := 1 / (1 - heavy)
 	stmts := []string{
 		`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`,
-		fmt.Sprintf(`INSERT INTO runs (tenant, id, name, queue, request_hash, status)
-			SELECT 'bench', g::text, 'bench', 'bench', '\x00', 'queued' FROM generate_series(1, %d) g`, backlog),
+		fmt.Sprintf(`INSERT INTO runs (tenant, id, name, queue, request_hash, status, notify)
+			SELECT 'bench', g::text, 'bench', 'bench', '\x00', 'queued', false FROM generate_series(1, %d) g`, backlog),
 		fmt.Sprintf(`INSERT INTO tasks (run_pk, queue, fairness_key, state, due_at)
 			SELECT r.pk, 'bench',
 			       CASE WHEN mod(r.pk - 1, %[2]d) = 0 THEN 'light-' || mod((r.pk - 1) / %[2]d, %[1]d) ELSE 'heavy' END,

@@ -384,8 +384,8 @@ func printResult(w io.Writer, sc Scenario, r Result) {
 func fill(ctx context.Context, db *pgxpool.Pool, t Tenant) error {
 	for _, s := range []string{
 		`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`,
-		fmt.Sprintf(`INSERT INTO runs (tenant, id, name, queue, request_hash, status)
-			SELECT '%[1]s', '%[1]s-' || g, 'echo', '%[2]s', '\x00', 'queued' FROM generate_series(1, %[3]d) g`,
+		fmt.Sprintf(`INSERT INTO runs (tenant, id, name, queue, request_hash, status, notify)
+			SELECT '%[1]s', '%[1]s-' || g, 'echo', '%[2]s', '\x00', 'queued', false FROM generate_series(1, %[3]d) g`,
 			t.Name, queue, t.Backlog),
 		fmt.Sprintf(`INSERT INTO tasks (run_pk, queue, fairness_key, state)
 			SELECT pk, '%[2]s', CASE WHEN %[3]d = 1 THEN '%[1]s' ELSE '%[1]s/k' || (pk %% %[3]d) END, 'pending'

@@ -162,13 +162,14 @@ func FreshDatabase(ctx context.Context, serverURL, prefix string) (string, func(
 }
 
 // fill pre-inserts the flood: one run and one pending task per row, all of
-// one tenant and key, as the start path would write them. The arrival
+// one tenant and key, as the start path would write them from a start
+// with the API's defaults (notify false: no run event). The arrival
 // trigger is off for the bulk insert and the key's head is rebuilt once.
 func fill(ctx context.Context, db *pgxpool.Pool, n int) error {
 	for _, s := range []string{
 		`ALTER TABLE tasks DISABLE TRIGGER tasks_arrive_insert`,
-		fmt.Sprintf(`INSERT INTO runs (tenant, id, name, queue, fairness_key, request_hash, status)
-			SELECT '%s', 'flood-' || g, 'echo', '%s', '%s', '\x00', 'queued' FROM generate_series(1, %d) g`,
+		fmt.Sprintf(`INSERT INTO runs (tenant, id, name, queue, fairness_key, request_hash, status, notify)
+			SELECT '%s', 'flood-' || g, 'echo', '%s', '%s', '\x00', 'queued', false FROM generate_series(1, %d) g`,
 			floodTenant, queue, floodKey, n),
 		fmt.Sprintf(`INSERT INTO tasks (run_pk, queue, fairness_key, state)
 			SELECT pk, '%s', '%s', 'pending' FROM runs ORDER BY pk`, queue, floodKey),
