@@ -2,11 +2,14 @@ package client_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log"
 	"os"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/harvest-run/harvest/pkg/api"
 	"github.com/harvest-run/harvest/pkg/client"
@@ -35,6 +38,40 @@ func ExampleClient_Start() {
 		log.Fatal(err)
 	}
 	fmt.Println(run.Status, string(run.Output))
+}
+
+// Hear of a run's end on NATS instead of waiting for it. A run is
+// announced only when its start asks (Notify); a tenant's NATS user may
+// subscribe to its own runs' subject. The event is a hint: whoever must
+// not miss the end also reads the run (Get) after a reconnect.
+func ExampleStartOptions_notify() {
+	ctx := context.Background()
+	nc, err := nats.Connect(os.Getenv("HARVEST_NATS_URL"), nats.UserInfo("acme", os.Getenv("ACME_PASSWORD")),
+		nats.CustomInboxPrefix("_INBOX_acme"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.SubscribeSync("harvest.runs.acme.>")
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, err := client.New(client.Options{NATS: nc, Tenant: "acme"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := c.Start(ctx, "thumbnail", "images", nil, client.StartOptions{ID: "thumb-b", Notify: true}); err != nil {
+		log.Fatal(err)
+	}
+	msg, err := sub.NextMsg(time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var run api.Run
+	if err := json.Unmarshal(msg.Data, &run); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(run.ID, run.Status)
 }
 
 // A client that retries refusals for overload and unavailability. The
