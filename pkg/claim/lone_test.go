@@ -31,6 +31,15 @@ func TestLoneKeyBatchesChargeExactlyAndYieldToANewKey(t *testing.T) {
 			dups    int
 			claimed atomic.Int64
 			errs    = make(chan error, c)
+			// The late key arrives once a quarter of the flood is claimed:
+			// the loops that claimed past that mark wait for it, so that it
+			// arrives while the flood still has rows however the loops are
+			// scheduled (on a busy machine they could drain the whole flood
+			// before the test's goroutine ran, and stop before the late key
+			// came).
+			quarter     = make(chan struct{})
+			quarterOnce sync.Once
+			lateIn      = make(chan struct{})
 		)
 		for i := range c {
 			db := f.pools[i%len(f.pools)]
@@ -61,22 +70,32 @@ func TestLoneKeyBatchesChargeExactlyAndYieldToANewKey(t *testing.T) {
 						}
 						continue
 					}
-					claimed.Add(int64(len(took)))
+					n := claimed.Add(int64(len(took)))
 					if _, err := claim.CompleteBatch(f.ctx, db, took); err != nil {
 						errs <- err
 						return
+					}
+					if n >= flood/4 {
+						quarterOnce.Do(func() { close(quarter) })
+						select {
+						case <-lateIn:
+						case <-f.ctx.Done():
+							return
+						}
 					}
 				}
 			})
 		}
 		// A second key arrives once a quarter of the flood is claimed.
-		for claimed.Load() < flood/4 && f.ctx.Err() == nil {
-			time.Sleep(time.Millisecond)
+		select {
+		case <-quarter:
+		case <-f.ctx.Done():
 		}
 		f.add("late", 0, 3)
 		var before int
 		require.NoError(t, f.db().QueryRow(f.ctx, `SELECT count(*) FROM tasks
 			WHERE queue = 'q' AND fairness_key = 'flood' AND state <> 'pending'`).Scan(&before))
+		close(lateIn)
 		wg.Wait()
 		close(errs)
 		for err := range errs {
