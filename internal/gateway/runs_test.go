@@ -67,11 +67,7 @@ func TestCancelQueuedRun(t *testing.T) {
 func TestCancelRunningRun(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	events := make(chan *natsMsg, 1)
-	sub, err := b.nc.Subscribe("harvest.runs."+tenantOn[0]+".>", func(m *natsMsg) { events <- m })
-	require.NoError(t, err)
-	defer sub.Unsubscribe() //nolint:errcheck
-	require.NoError(t, b.nc.Flush())
+	events := b.runEvents(t, tenantOn[0])
 
 	c := b.client(t, secretA)
 	st, err := c.Start(b.ctx, "echo", "shared", nil, client.StartOptions{ID: "busy", Notify: true})
@@ -103,17 +99,24 @@ func TestCancelRunningRun(t *testing.T) {
 	require.Contains(t, []string{"", "null"}, string(got.Output), "the result was discarded")
 }
 
+// runEvents subscribes to the tenant's run events until the test ends.
+func (b *bundle) runEvents(t *testing.T, tenant string) chan *natsMsg {
+	t.Helper()
+	events := make(chan *natsMsg, 16)
+	sub, err := b.nc.Subscribe("harvest.runs."+tenant+".>", func(m *natsMsg) { events <- m })
+	require.NoError(t, err)
+	t.Cleanup(func() { sub.Unsubscribe() }) //nolint:errcheck
+	require.NoError(t, b.nc.Flush())
+	return events
+}
+
 // A cancel is announced like any other end of a run: only when the run
 // asked for it. The gateway sends its messages in order, so had the first
 // cancel been announced, its event would come first.
 func TestCancelAnnouncedOnlyWhenAsked(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{})
-	events := make(chan *natsMsg, 2)
-	sub, err := b.nc.Subscribe("harvest.runs."+tenantOn[0]+".>", func(m *natsMsg) { events <- m })
-	require.NoError(t, err)
-	defer sub.Unsubscribe() //nolint:errcheck
-	require.NoError(t, b.nc.Flush())
+	events := b.runEvents(t, tenantOn[0])
 
 	c := b.client(t, secretA)
 	for _, o := range []client.StartOptions{{ID: "quiet"}, {ID: "told", Notify: true}} {

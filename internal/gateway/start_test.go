@@ -229,6 +229,7 @@ func TestBadStartsLeaveNothingBehind(t *testing.T) {
 		{"run_at and delay", startBody(`"run_at":"2030-01-01T00:00:00Z","delay":"1s"`), 400, "delay"},
 		{"zero timeout", startBody(`"timeout":"0s"`), 400, "timeout"},
 		{"id not a string", startBody(`"id":7`), 400, "id"},
+		{"notify not a boolean", startBody(`"notify":"yes"`), 400, "notify"},
 		{"id with newline", startBody(`"id":"a\nb"`), 400, "id"},
 		{"NUL in input", `{"name":"echo","queue":"shared","input":{"s":"\u0000"}}`, 400, "input"},
 		{"throttle with key", startBody(`"fairness_key":"k","throttle":{"limit":1}`), 400, "fairness_key"},
