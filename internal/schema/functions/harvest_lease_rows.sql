@@ -26,7 +26,17 @@ LANGUAGE plpgsql
 -- is scanned whatever the statistics (TestClaimPlansOutliveTheShardsGrowth).
 AS $$
 DECLARE
-    v_at timestamptz := clock_timestamp();
+    v_at  timestamptz := clock_timestamp();
+    -- One random draw for the whole call: each row's lease token is its
+    -- first 96 bits (90 of them random) followed by the row's place in
+    -- p_ids, so the tokens of a call differ from each other, and from
+    -- every other call's tokens but with odds of 2^-90. A token is only
+    -- compared for equality with the task's current one (outcomes,
+    -- heartbeats) and never leaves the worker that holds the lease. A
+    -- gen_random_uuid() per row cost about 4 us a task, a fifteenth of the
+    -- claim and completion of a flood task (docs/benchmarks.md, "One
+    -- session, Harvest's statements beside River's").
+    v_tok text        := left(gen_random_uuid()::text, 28);
 BEGIN
     RETURN QUERY
     WITH p AS (
@@ -36,7 +46,7 @@ BEGIN
         UPDATE tasks t SET
             state            = 'running',
             attempt          = t.attempt + 1,
-            lease_token      = gen_random_uuid(),
+            lease_token      = (v_tok || lpad(to_hex(p.ord), 8, '0'))::uuid,
             lease_expires_at = now() + p_lease,
             claimed_by       = p_worker,
             claimed_at       = v_at + (p.ord - 1) * interval '1 microsecond',
