@@ -120,7 +120,9 @@ BEGIN
         CROSS JOIN LATERAL (SELECT x.run_pk, x.claimed_at, x.attempt FROM tasks x
                             WHERE x.id = inp.id AND x.state = 'running' AND x.lease_token = inp.token
                             OFFSET 0) t
-        LEFT JOIN runs r ON r.pk = t.run_pk
+        -- Only a failure reads its run (for its attempts), one probe each.
+        LEFT JOIN LATERAL (SELECT x.max_attempts FROM runs x
+                           WHERE inp.kind = 'fail' AND x.pk = t.run_pk OFFSET 0) r ON true
         ORDER BY inp.id, inp.ord
     ), plan AS (
         SELECT live.id, live.ord, live.kind, live.run_pk, live.claimed_at, live.retry,
