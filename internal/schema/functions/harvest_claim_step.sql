@@ -75,6 +75,7 @@ RETURNS harvest_claimed
 LANGUAGE plpgsql AS $$
 DECLARE
     v_now     timestamptz := coalesce(p_now, now());
+    v_at      timestamptz;  -- when the row is leased (database clock)
     -- Rows in the pending state are due: they became pending at or after
     -- their due time. With the database clock a claim may see a row that
     -- committed after its own start (now() is the transaction's start), so
@@ -240,13 +241,17 @@ BEGIN
             SELECT t.cost, t.step INTO v_cost, v_step
             FROM harvest_charge_terms(p_queue, r_task.fairness_key, v_runtime) t;
         END IF;
+        -- The lease runs from this moment, not from the start of the
+        -- transaction, which may have waited on the queue's locks for
+        -- longer than a short lease.
+        v_at := clock_timestamp();
         UPDATE tasks SET
             state            = 'running',
             attempt          = attempt + 1,
             lease_token      = gen_random_uuid(),
-            lease_expires_at = now() + p_lease,
+            lease_expires_at = v_at + p_lease,
             claimed_by       = p_worker,
-            claimed_at       = clock_timestamp(),
+            claimed_at       = v_at,
             charged_secs     = CASE WHEN p_fair AND v_runtime THEN v_cost END
         WHERE id = r_task.id
         RETURNING * INTO r_task;

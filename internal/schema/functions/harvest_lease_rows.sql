@@ -40,16 +40,20 @@ DECLARE
 BEGIN
     RETURN QUERY
     WITH p AS (
-        SELECT p.id, p.ord, coalesce(p_lags[p.ord], 0) AS lag, p_secs[p.ord] AS secs
+        SELECT p.id, p.ord, coalesce(p_lags[p.ord], 0) AS lag, p_secs[p.ord] AS secs,
+               v_at + (p.ord - 1) * interval '1 microsecond' AS at
         FROM unnest(p_ids) WITH ORDINALITY AS p(id, ord)
     ), u AS (
         UPDATE tasks t SET
             state            = 'running',
             attempt          = t.attempt + 1,
             lease_token      = (v_tok || lpad(to_hex(p.ord), 8, '0'))::uuid,
-            lease_expires_at = now() + p_lease,
+            -- The lease runs from the moment the row is leased, not from
+            -- the start of the claim's transaction, which may have waited
+            -- on the queue's locks for longer than a short lease.
+            lease_expires_at = p.at + p_lease,
             claimed_by       = p_worker,
-            claimed_at       = v_at + (p.ord - 1) * interval '1 microsecond',
+            claimed_at       = p.at,
             charged_secs     = p.secs
         FROM p WHERE t.id = p.id AND t.id = ANY (p_ids)
         RETURNING t.*, p.ord, p.lag

@@ -1,0 +1,73 @@
+package claim_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/harvest-run/harvest/pkg/claim"
+)
+
+// A claim may wait on the queue's lock for longer than the lease it hands
+// out; the lease still runs its full length from the moment the row is
+// leased, never from the start of the claim's transaction (which once
+// handed out leases already expired, for the rescue to take back while
+// the worker ran them).
+func TestLeaseRunsFromTheClaimNotFromItsWait(t *testing.T) {
+	t.Parallel()
+	const lease = 50 * time.Millisecond
+	for _, batch := range []bool{false, true} {
+		name := map[bool]string{false: "single claim", true: "batch"}[batch]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.tasks(2, taskOpts{Key: "a", DueAt: t0})
+			b.tasks(2, taskOpts{Key: "b", DueAt: t0})
+			req := claim.Request{Queue: "q", Worker: "w", Fair: true, Lease: lease}
+
+			// Hold the queue's lock until the claim has waited for it
+			// twice the lease, by the database's clock.
+			holder, err := b.db.Begin(b.ctx)
+			require.NoError(t, err)
+			defer func() { _ = holder.Rollback(b.ctx) }()
+			_, err = holder.Exec(b.ctx, `SELECT harvest_queue_lock('q')`)
+			require.NoError(t, err)
+			type got struct {
+				rs  []claim.Result
+				err error
+			}
+			done := make(chan got, 1)
+			go func() {
+				if batch {
+					rs, err := claim.ClaimBatch(b.ctx, b.db, req, 4)
+					done <- got{rs, err}
+					return
+				}
+				r, err := claim.Claim(b.ctx, b.db, req)
+				done <- got{[]claim.Result{r}, err}
+			}()
+			require.Eventually(t, func() bool {
+				var waited bool
+				require.NoError(t, b.db.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+					WHERE datname = current_database() AND wait_event_type = 'Lock'
+					  AND xact_start < now() - 2 * $1 * interval '1 microsecond')`, lease.Microseconds()).Scan(&waited))
+				return waited
+			}, time.Minute, 5*time.Millisecond, "the claim never waited on the queue's lock")
+			require.NoError(t, holder.Commit(b.ctx))
+
+			g := <-done
+			require.NoError(t, g.err)
+			require.NotEmpty(t, g.rs)
+			for _, r := range g.rs {
+				require.True(t, r.OK)
+				var held time.Duration
+				var us int64
+				require.NoError(t, b.db.QueryRow(b.ctx, `SELECT harvest_us(lease_expires_at, claimed_at) FROM tasks WHERE id = $1`,
+					r.Task.ID).Scan(&us))
+				held = time.Duration(us) * time.Microsecond
+				require.Equal(t, lease, held, "task %d: lease from its claim to its expiry", r.Task.ID)
+			}
+		})
+	}
+}
