@@ -32,7 +32,14 @@ cleanup() {
 trap cleanup EXIT
 
 go -C "$root" build -o "$tmp/harvest" ./cmd/harvest
+# On a machine that never built bench/river the module is not in the
+# cache yet, and `go list -m` then names no directory.
+go -C "$root/bench/river" mod download github.com/riverqueue/river/riverdriver/riverpgxv5
 riverdir=$(go -C "$root/bench/river" list -m -f '{{.Dir}}' github.com/riverqueue/river/riverdriver/riverpgxv5)
+if [ -z "$riverdir" ] || [ ! -d "$riverdir/migration/main" ]; then
+	echo "run.sh: River's migrations not found (module cache: $riverdir)" >&2
+	exit 1
+fi
 
 # The two filled databases, copied for each loop.
 admin "CREATE DATABASE ${tag}_h TEMPLATE template0"
