@@ -71,3 +71,58 @@ func TestLeaseRunsFromTheClaimNotFromItsWait(t *testing.T) {
 		})
 	}
 }
+
+// While a queue has one key with work, batches lock their rows side by
+// side and then wait for the key's state row to charge them (the lone
+// step). A lease made before that wait would have run from a moment the
+// worker had not got its rows yet; it runs from after the wait.
+func TestLoneBatchLeaseRunsFromAfterItsWaitForTheKey(t *testing.T) {
+	t.Parallel()
+	const lease = 50 * time.Millisecond
+	b := setup(t)
+	b.tasks(6, taskOpts{Key: "a", DueAt: t0})
+	req := claim.Request{Queue: "q", Worker: "w", Fair: true, Lease: lease}
+	// A first claim folds the key in, so that the queue has one key with
+	// work and the next batch takes the lone step.
+	first, err := claim.Claim(b.ctx, b.db, req)
+	require.NoError(t, err)
+	require.True(t, first.OK)
+
+	holder, err := b.db.Begin(b.ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(b.ctx) }()
+	_, err = holder.Exec(b.ctx, `SELECT 1 FROM fair_state WHERE queue = 'q' AND key = 'a' FOR UPDATE`)
+	require.NoError(t, err)
+	type got struct {
+		rs  []claim.Result
+		err error
+	}
+	done := make(chan got, 1)
+	go func() {
+		rs, err := claim.ClaimBatch(b.ctx, b.db, req, 4)
+		done <- got{rs, err}
+	}()
+	require.Eventually(t, func() bool {
+		var waited bool
+		require.NoError(t, b.db.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'
+			  AND xact_start < now() - 2 * $1 * interval '1 microsecond')`, lease.Microseconds()).Scan(&waited))
+		return waited
+	}, time.Minute, 5*time.Millisecond, "the batch never waited for the key's state row")
+	var released time.Time
+	require.NoError(t, holder.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&released))
+	require.NoError(t, holder.Commit(b.ctx))
+
+	g := <-done
+	require.NoError(t, g.err)
+	require.Len(t, g.rs, 4)
+	for _, r := range g.rs {
+		require.True(t, r.OK)
+		var claimedAt, expires time.Time
+		require.NoError(t, b.db.QueryRow(b.ctx, `SELECT claimed_at, lease_expires_at FROM tasks WHERE id = $1`,
+			r.Task.ID).Scan(&claimedAt, &expires))
+		require.False(t, claimedAt.Before(released), "task %d leased at %v, before the batch got the key at %v",
+			r.Task.ID, claimedAt, released)
+		require.Equal(t, lease, expires.Sub(claimedAt), "task %d: lease from its claim to its expiry", r.Task.ID)
+	}
+}

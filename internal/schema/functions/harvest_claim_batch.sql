@@ -126,11 +126,8 @@ BEGIN
         -- Each call takes rows of one (priority, band) group of the key.
         -- Nothing to take means other batches hold every row left.
         LOOP
-            v_got := 0;
-            FOR r_out IN SELECT * FROM harvest_claim_lone(p_queue, v_lone, p_worker, p_now, p_lease, v_left) LOOP
-                v_got := v_got + 1;
-                RETURN NEXT r_out;
-            END LOOP;
+            RETURN QUERY SELECT * FROM harvest_claim_lone(p_queue, v_lone, p_worker, p_now, p_lease, v_left);
+            GET DIAGNOSTICS v_got = ROW_COUNT;
             v_left := v_left - v_got;
             v_took := v_took OR v_got > 0;
             EXIT WHEN v_got = 0 OR v_left = 0;

@@ -1,9 +1,12 @@
 -- Up to p_n claims of p_key, the one key of the queue with work (see
 -- harvest_queue_lone), for a batch that holds the queue's fair lock in
 -- shared mode. With a single key there is no order between keys to keep,
--- so such batches need not take turns: each takes the next rows of the key
--- that no other claim holds (SKIP LOCKED), leases them beside the others,
--- and only then waits for the key's state row to charge them. Each charge
+-- so such batches need not take turns: each locks the next rows of the key
+-- that no other claim holds (SKIP LOCKED) beside the others, and only then
+-- waits for the key's state row to charge and lease them. The lease comes
+-- after that wait (the rows are locked already, so no lock is taken in
+-- another order): a lease made before it ran from a moment the worker had
+-- not got the row yet, and a long wait on a busy key cut it short. Each charge
 -- is the single claim's arithmetic (harvest_charge_terms for the step,
 -- harvest_start_tag for each start), row by row, from the state the
 -- previous holder of that row committed, so the key pays exactly for every
@@ -25,7 +28,6 @@ DECLARE
     v_now     timestamptz := coalesce(p_now, now());
     v_due_cut timestamptz := CASE WHEN p_now IS NULL THEN 'infinity'::timestamptz ELSE p_now END;
     v_ids     bigint[];
-    v_rows    harvest_claimed[];
     v_lags    double precision[];
     v_k       integer;
     v_i       integer;
@@ -36,7 +38,6 @@ DECLARE
     v_start   double precision;
     r_f       fair_state%ROWTYPE;
     r_head    record;
-    r_out     harvest_claimed;
 BEGIN
     SELECT * INTO r_f FROM fair_state WHERE queue = p_queue AND key = p_key;
     -- A prune or repair may have run between the caller's look and its lock.
@@ -65,9 +66,6 @@ BEGIN
     END IF;
     v_k := cardinality(v_ids);
 
-    -- Lease the rows and mark their runs running.
-    v_rows := ARRAY(SELECT l FROM harvest_lease_rows(v_ids, NULL, p_worker, p_lease) l);
-
     -- The charges, under the key's state row: what the batch that held it
     -- before committed is what this one starts from.
     SELECT * INTO r_f FROM fair_state WHERE queue = p_queue AND key = p_key FOR UPDATE;
@@ -82,6 +80,10 @@ BEGIN
         v_pass := v_start + v_step;
         v_clock := greatest(v_clock, v_start);
     END LOOP;
+    -- Lease the rows, now that the wait for the state row is over, and
+    -- hand them up. The new head is read after the lease, so that these
+    -- rows no longer count as pending.
+    RETURN QUERY SELECT * FROM harvest_lease_rows(v_ids, v_lags, p_worker, p_lease);
     SELECT * INTO r_head FROM harvest_key_head(p_queue, p_key, r_f.head_prio, r_f.head_cont, r_f.head_due, r_f.head_id);
     UPDATE fair_state SET
         last_start = v_start,
@@ -96,10 +98,5 @@ BEGIN
     IF v_clock > v_clock0 THEN
         PERFORM harvest_clock_advance(p_queue, v_clock);
     END IF;
-    FOR v_i IN 1..coalesce(cardinality(v_rows), 0) LOOP
-        r_out := v_rows[v_i];
-        r_out.lag := v_lags[v_i];
-        RETURN NEXT r_out;
-    END LOOP;
 END
 $$;
