@@ -1,9 +1,10 @@
 -- Claim a batch and complete it, as a worker's claim loop and outcome
--- flusher send them (the fair claim; each statement its own transaction),
--- until half the flood is done; prints the time a task took, and the
--- claim's part of it. One backend, nothing else running, no wait for the
--- WAL flush: the time is the backend's CPU.
-SET synchronous_commit = off;
+-- flusher send them (the fair claim, its own transaction, then the wait for
+-- its flush, pkg/claim/sql/WalFlush.sql; the outcomes in another), until
+-- this loop's share of half the flood is done; prints the time a task
+-- took, and the claim's part of it. run.sh sets synchronous_commit (off by
+-- default: then, with one backend and nothing else running, the time is
+-- the backend's CPU).
 DO $$
 DECLARE
     v_batch int := current_setting('harvest_bench.batch')::int;
@@ -21,6 +22,10 @@ BEGIN
         SELECT array_agg(c.id ORDER BY c.id), array_agg(c.lease_token ORDER BY c.id) INTO v_ids, v_toks
         FROM harvest_claim_batch('fleet', 'w', NULL, true, 0, interval '30s', v_batch, true, 0) c
         WHERE c.outcome = 'ok';
+        COMMIT;
+        PERFORM CASE WHEN current_setting('harvest.flush', true) = 'on'
+                     THEN pg_logical_emit_message(true, 'harvest.flush', '') END,
+                set_config('harvest.flush', '', false);
         COMMIT;
         v_claim := v_claim + (clock_timestamp() - v_t);
         v_n := coalesce(cardinality(v_ids), 0);

@@ -3,8 +3,9 @@
 -- sends them (riverdriver/riverpgxv5/internal/dbsqlc/river_job.sql,
 -- MPL-2.0), with the parameters a client of the default queue passes. Two
 -- changes of form only: the fetch's rows are gathered by a CTE instead of
--- being sent to the client, and the completer's answer is counted.
-SET synchronous_commit = off;
+-- being sent to the client, and the completer's answer is counted. Each
+-- statement commits on its own, as River's do; run.sh sets
+-- synchronous_commit.
 DO $$
 DECLARE
     v_batch int := current_setting('harvest_bench.batch')::int;

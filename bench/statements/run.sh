@@ -8,11 +8,21 @@
 # rows (100000) tasks in the flood (each loop takes half). The server is
 # HARVEST_DATABASE_URL (default: the local one, user postgres); the two
 # databases made here are dropped at the end.
+#
+# STATEMENTS_SYNC=on commits as the fleet does (synchronous_commit on;
+# default off, so that a loop's time is its backend's CPU), and
+# STATEMENTS_CLIENTS=n runs n loops of each system at once on one
+# database, each taking its share. When the server runs on this machine
+# each loop also reports the CPU all its postgres processes used per task.
 set -euo pipefail
 
 rounds=${1:-3}
 batch=${2:-50}
 rows=${3:-100000}
+sync=${STATEMENTS_SYNC:-off}
+clients=${STATEMENTS_CLIENTS:-1}
+case "$sync" in on | off) ;; *) echo "run.sh: STATEMENTS_SYNC must be on or off, not $sync" >&2; exit 2 ;; esac
+case "$clients" in '' | *[!0-9]* | 0) echo "run.sh: STATEMENTS_CLIENTS must be a whole number above 0, not $clients" >&2; exit 2 ;; esac
 url=${HARVEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -53,13 +63,34 @@ for f in "$riverdir"/migration/main/*.up.sql; do
 done
 psql "$(dburl "${tag}_r")" -q -v ON_ERROR_STOP=1 -v rows="$rows" -f "$here/river_fill.sql" >/dev/null
 
+# pgcpu: the CPU time (clock ticks) the local server's processes have used,
+# the postmaster's reaped children (backends that ended) included; 0 when
+# no postgres process is visible here.
+pgcpu() {
+	# (A process may end between the glob and its read.)
+	{ cat /proc/[0-9]*/stat 2>/dev/null || true; } | awk '/ \(postgres\) / {
+		sub(/^.*\) /, ""); t += $12 + $13 + $14 + $15 } END { print t + 0 }'
+}
+
 loop() { # loop h|r FILE
 	admin "DROP DATABASE IF EXISTS ${tag}_${1}run WITH (FORCE)"
 	admin "CREATE DATABASE ${tag}_${1}run TEMPLATE ${tag}_$1"
-	PGOPTIONS="-c harvest_bench.batch=$batch -c harvest_bench.rows=$rows -c track_functions=none" \
-		psql "$(dburl "${tag}_${1}run")" -q -v ON_ERROR_STOP=1 -f "$2" 2>&1 | sed 's/^.*NOTICE: *//'
+	local c0 c1 t0 t1
+	c0=$(pgcpu)
+	t0=$(date +%s%N)
+	for _ in $(seq "$clients"); do
+		PGOPTIONS="-c harvest_bench.batch=$batch -c harvest_bench.rows=$((rows / clients)) -c track_functions=none -c synchronous_commit=$sync" \
+			psql "$(dburl "${tag}_${1}run")" -q -v ON_ERROR_STOP=1 -f "$2" 2>&1 | sed 's/^.*NOTICE: *//' &
+	done
+	wait
+	c1=$(pgcpu)
+	t1=$(date +%s%N)
+	if [ "$c0" -gt 0 ]; then
+		echo "  $([ "$1" = h ] && echo harvest || echo river) x$clients: the server's CPU $(((c1 - c0) * 1000000 / $(getconf CLK_TCK) / (rows / 2))) us a task, wall $(((t1 - t0) / 1000 / (rows / 2))) us a task"
+	fi
 }
-echo "batch $batch, $rows tasks filled, half of them claimed and completed per loop"
+echo "batch $batch, $rows tasks filled, half of them claimed and completed per run of a loop," \
+	"by $clients loop(s) at once, synchronous_commit $sync"
 for _ in $(seq "$rounds"); do
 	loop h "$here/harvest_loop.sql"
 	loop r "$here/river_loop.sql"
