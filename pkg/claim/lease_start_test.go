@@ -33,27 +33,17 @@ func TestLeaseRunsFromTheClaimNotFromItsWait(t *testing.T) {
 			defer func() { _ = holder.Rollback(b.ctx) }()
 			_, err = holder.Exec(b.ctx, `SELECT harvest_queue_lock('q')`)
 			require.NoError(t, err)
-			type got struct {
-				rs  []claim.Result
-				err error
-			}
-			done := make(chan got, 1)
+			done := make(chan claimed, 1)
 			go func() {
 				if batch {
 					rs, err := claim.ClaimBatch(b.ctx, b.db, req, 4)
-					done <- got{rs, err}
+					done <- claimed{rs, err}
 					return
 				}
 				r, err := claim.Claim(b.ctx, b.db, req)
-				done <- got{[]claim.Result{r}, err}
+				done <- claimed{[]claim.Result{r}, err}
 			}()
-			require.Eventually(t, func() bool {
-				var waited bool
-				require.NoError(t, b.db.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-					WHERE datname = current_database() AND wait_event_type = 'Lock'
-					  AND xact_start < now() - 2 * $1 * interval '1 microsecond')`, lease.Microseconds()).Scan(&waited))
-				return waited
-			}, time.Minute, 5*time.Millisecond, "the claim never waited on the queue's lock")
+			waitForLockWait(t, b, 2*lease, "the claim never waited on the queue's lock")
 			require.NoError(t, holder.Commit(b.ctx))
 
 			g := <-done
@@ -93,22 +83,12 @@ func TestLoneBatchLeaseRunsFromAfterItsWaitForTheKey(t *testing.T) {
 	defer func() { _ = holder.Rollback(b.ctx) }()
 	_, err = holder.Exec(b.ctx, `SELECT 1 FROM fair_state WHERE queue = 'q' AND key = 'a' FOR UPDATE`)
 	require.NoError(t, err)
-	type got struct {
-		rs  []claim.Result
-		err error
-	}
-	done := make(chan got, 1)
+	done := make(chan claimed, 1)
 	go func() {
 		rs, err := claim.ClaimBatch(b.ctx, b.db, req, 4)
-		done <- got{rs, err}
+		done <- claimed{rs, err}
 	}()
-	require.Eventually(t, func() bool {
-		var waited bool
-		require.NoError(t, b.db.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND xact_start < now() - 2 * $1 * interval '1 microsecond')`, lease.Microseconds()).Scan(&waited))
-		return waited
-	}, time.Minute, 5*time.Millisecond, "the batch never waited for the key's state row")
+	waitForLockWait(t, b, 2*lease, "the batch never waited for the key's state row")
 	var released time.Time
 	require.NoError(t, holder.QueryRow(b.ctx, `SELECT clock_timestamp()`).Scan(&released))
 	require.NoError(t, holder.Commit(b.ctx))
@@ -125,4 +105,24 @@ func TestLoneBatchLeaseRunsFromAfterItsWaitForTheKey(t *testing.T) {
 			r.Task.ID, claimedAt, released)
 		require.Equal(t, lease, expires.Sub(claimedAt), "task %d: lease from its claim to its expiry", r.Task.ID)
 	}
+}
+
+// claimed is what a claim sent off on its own goroutine returned.
+type claimed struct {
+	rs  []claim.Result
+	err error
+}
+
+// waitForLockWait waits until a statement of b's database has waited on a
+// lock for longer than d, by the database's clock (its transaction began
+// that long ago and it is still waiting).
+func waitForLockWait(t *testing.T, b *bundle, d time.Duration, msg string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var waited bool
+		require.NoError(t, b.db.QueryRow(b.ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'
+			  AND xact_start < now() - $1 * interval '1 microsecond')`, d.Microseconds()).Scan(&waited))
+		return waited
+	}, time.Minute, 5*time.Millisecond, msg)
 }
