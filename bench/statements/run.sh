@@ -83,8 +83,17 @@ loop() { # loop h|r FILE
 			psql "$(dburl "${tag}_${1}run")" -q -v ON_ERROR_STOP=1 -f "$2" 2>&1 | sed 's/^.*NOTICE: *//' &
 	done
 	wait
-	c1=$(pgcpu)
 	t1=$(date +%s%N)
+	# The loops' backends must have ended and been reaped by the postmaster
+	# before the second reading: one caught between its exit and the reap
+	# is in neither the live processes' times nor the postmaster's
+	# children's, and its whole CPU would be missed.
+	# (Read from the process titles, so as to open no connection of its own.)
+	while cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' ' | grep -q "${tag}_${1}run"; do
+		sleep 0.05
+	done
+	sleep 0.2
+	c1=$(pgcpu)
 	if [ "$c0" -gt 0 ]; then
 		echo "  $([ "$1" = h ] && echo harvest || echo river) x$clients: the server's CPU $(((c1 - c0) * 1000000 / $(getconf CLK_TCK) / (rows / 2))) us a task, wall $(((t1 - t0) / 1000 / (rows / 2))) us a task"
 	fi
