@@ -75,14 +75,19 @@ pgcpu() {
 loop() { # loop h|r FILE
 	admin "DROP DATABASE IF EXISTS ${tag}_${1}run WITH (FORCE)"
 	admin "CREATE DATABASE ${tag}_${1}run TEMPLATE ${tag}_$1"
-	local c0 c1 t0 t1
+	local c0 c1 t0 t1 pids=() pid n=0
 	c0=$(pgcpu)
 	t0=$(date +%s%N)
 	for _ in $(seq "$clients"); do
 		PGOPTIONS="-c harvest_bench.batch=$batch -c harvest_bench.rows=$((rows / clients)) -c track_functions=none -c synchronous_commit=$sync" \
 			psql "$(dburl "${tag}_${1}run")" -q -v ON_ERROR_STOP=1 -f "$2" 2>&1 | sed 's/^.*NOTICE: *//' &
+		pids+=("$!")
 	done
-	wait
+	# Each loop's own status (pipefail: psql's), so a failed loop stops
+	# the script as it did when the loops ran one at a time.
+	for pid in "${pids[@]}"; do
+		wait "$pid"
+	done
 	t1=$(date +%s%N)
 	# The loops' backends must have ended and been reaped by the postmaster
 	# before the second reading: one caught between its exit and the reap
@@ -90,6 +95,11 @@ loop() { # loop h|r FILE
 	# children's, and its whole CPU would be missed.
 	# (Read from the process titles, so as to open no connection of its own.)
 	while cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' ' | grep -q "${tag}_${1}run"; do
+		n=$((n + 1))
+		if [ "$n" -gt 200 ]; then
+			echo "run.sh: the loops' backends of ${tag}_${1}run did not end within 10 s" >&2
+			exit 1
+		fi
 		sleep 0.05
 	done
 	sleep 0.2

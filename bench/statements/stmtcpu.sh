@@ -23,7 +23,7 @@ awk -v app="$app" -v tasks="$tasks" '
 	rest = substr($0, RSTART + RLENGTH + 1)
 	split(rest, w, " "); who = w[1]
 	kind = rest; sub(/^[^ ]* LOG:  /, "", kind); sub(/ STATISTICS$/, "", kind)
-	want = (who == app); line = 0; next
+	want = (who == app); next
 }
 want && /^\t!\t[0-9.]+ s user, [0-9.]+ s system, / { u = $2; s = $5; next }
 want && /^\t!\t\[[0-9.]+ s user, [0-9.]+ s system total\]/ {

@@ -175,19 +175,16 @@ BEGIN
     -- The finished runs free their tenants' slots, tenants in byte order.
     -- (Their rows and the shard's count stripes first: harvest_running_lock.)
     -- Runs of a single tenant, the usual batch, need no locks taken ahead:
-    -- the update takes that tenant's row and then, by its trigger, the one
-    -- stripe its fall goes to, which is already the lock order.
-    IF coalesce(cardinality(v_tenants), 0) > 0 AND v_tenants[1] = ALL (v_tenants) THEN
-        UPDATE tenant_running SET running = greatest(running - cardinality(v_tenants), 0)
-        WHERE tenant = v_tenants[1] AND running > 0;
-    ELSE
+    -- its one update takes that tenant's row and then, by its trigger, the
+    -- one stripe its fall goes to, which is already the lock order.
+    IF NOT (v_tenants[1] = ALL (v_tenants)) THEN
         PERFORM harvest_running_lock(v_tenants);
-        FOR r_cnt IN SELECT t.tenant, count(*)::integer AS n FROM unnest(v_tenants) AS t(tenant)
-                     GROUP BY t.tenant ORDER BY t.tenant COLLATE "C" LOOP
-            UPDATE tenant_running SET running = greatest(running - r_cnt.n, 0)
-            WHERE tenant = r_cnt.tenant AND running > 0;
-        END LOOP;
     END IF;
+    FOR r_cnt IN SELECT t.tenant, count(*)::integer AS n FROM unnest(v_tenants) AS t(tenant)
+                 GROUP BY t.tenant ORDER BY t.tenant COLLATE "C" LOOP
+        UPDATE tenant_running SET running = greatest(running - r_cnt.n, 0)
+        WHERE tenant = r_cnt.tenant AND running > 0;
+    END LOOP;
 
     -- The continuations, through the one insert path of tasks.
     FOR r_cont IN
