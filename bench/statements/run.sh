@@ -93,8 +93,9 @@ loop() { # loop h|r FILE
 	# before the second reading: one caught between its exit and the reap
 	# is in neither the live processes' times nor the postmaster's
 	# children's, and its whole CPU would be missed.
-	# (Read from the process titles, so as to open no connection of its own.)
-	while cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' ' | grep -q "${tag}_${1}run"; do
+	# (Read from the process titles, so as to open no connection of its own;
+	# the bracket keeps grep's own command line from matching its pattern.)
+	while cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' ' ' | grep -q "${tag}_${1}ru[n]"; do
 		n=$((n + 1))
 		if [ "$n" -gt 200 ]; then
 			echo "run.sh: the loops' backends of ${tag}_${1}run did not end within 10 s" >&2

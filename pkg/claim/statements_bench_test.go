@@ -38,14 +38,14 @@ func TestStatementsBenchLoopClaimsAndCompletesHalfTheFlood(t *testing.T) {
 			exec(strings.ReplaceAll(stmt, ":rows", "300"))
 		}
 	}
-	// What run.sh passes in PGOPTIONS, then the loop: its settings, and its
-	// DO block on its own (it commits, so it cannot share a query string).
+	// What run.sh passes in PGOPTIONS (its default commit mode), then the
+	// loop's DO block.
 	exec(`SET harvest_bench.batch = 40`)
 	exec(`SET harvest_bench.rows = 300`)
+	exec(`SET synchronous_commit = off`)
 	loop := read("harvest_loop.sql")
 	do := strings.Index(loop, "DO $$")
 	require.Positive(t, do)
-	exec(loop[:do])
 	exec(loop[do:])
 
 	var done, completed int
@@ -55,4 +55,27 @@ func TestStatementsBenchLoopClaimsAndCompletesHalfTheFlood(t *testing.T) {
 	// Batches of 40 until at least 150 are done: four of them.
 	require.Equal(t, 160, done)
 	require.Equal(t, 160, completed)
+}
+
+// The loop sends the claim's flush wait as the worker does, written out in
+// its DO block (a file cannot be included there): it must stay the
+// statement of pkg/claim/sql/WalFlush.sql.
+func TestStatementsBenchLoopFlushesAsTheClaimDoes(t *testing.T) {
+	t.Parallel()
+	norm := func(path string) string {
+		sql, err := os.ReadFile(path)
+		require.NoError(t, err)
+		var code []string
+		for _, line := range strings.Split(string(sql), "\n") {
+			if !strings.HasPrefix(strings.TrimSpace(line), "--") {
+				code = append(code, line)
+			}
+		}
+		return strings.Join(strings.Fields(strings.Join(code, " ")), " ")
+	}
+	flush := norm(filepath.Join("sql", "WalFlush.sql"))
+	require.True(t, strings.HasPrefix(flush, "SELECT "), flush)
+	loop := norm(filepath.Join("..", "..", "bench", "statements", "harvest_loop.sql"))
+	require.Contains(t, loop, "PERFORM "+strings.TrimPrefix(flush, "SELECT ")+";",
+		"bench/statements/harvest_loop.sql's flush wait differs from pkg/claim/sql/WalFlush.sql")
 }
